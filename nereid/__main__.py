@@ -1,0 +1,3 @@
+from nereid.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""Backends, imported only when a model needs them."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from nereid.backends.base import Backend, InstanceSpec, ModelInstance
+from nereid.errors import ModelConfigError, Unsupported
+
+# platform -> backend, as Triton maps its legacy platform names.
+PLATFORM_BACKENDS = {
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "tensorflow_savedmodel": "tensorflow",
+    "tensorflow_graphdef": "tensorflow",
+    "tensorrt_plan": "tensorrt",
+}
+BACKEND_PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "tensorrt": "tensorrt_plan"}
+
+# backend -> (module, the pip extra that provides it)
+_MODULES = {
+    "onnxruntime": ("nereid.backends.onnxruntime", "onnx"),
+}
+
+# Files whose presence in a version folder identifies the backend when the config names none.
+_DETECT = {"model.onnx": "onnxruntime", "model.py": "python", "model.pt": "pytorch", "model.plan": "tensorrt"}
+
+_loaded: dict[str, Backend] = {}
+
+
+def backend_name(config: mc.ModelConfig, model_dir: Path, version_dirs: list[Path]) -> str:
+    """Which backend serves this model: `backend`, else `platform`, else `<name>.<backend>`, else files."""
+    if config.backend:
+        return config.backend
+    if config.platform:
+        if config.platform in PLATFORM_BACKENDS:
+            return PLATFORM_BACKENDS[config.platform]
+        raise Unsupported(f"unexpected platform type '{config.platform}' for model '{config.name}'")
+    if "." in model_dir.name:
+        return model_dir.name.rsplit(".", 1)[1]
+    for version_dir in version_dirs:
+        for filename, backend in _DETECT.items():
+            if (version_dir / (config.default_model_filename or filename)).exists() and (
+                not config.default_model_filename or filename.endswith(Path(config.default_model_filename).suffix)
+            ):
+                return backend
+    raise ModelConfigError(
+        f"model '{model_dir.name}': the configuration names no 'platform' or 'backend', and no known "
+        f"model file ({', '.join(_DETECT)}) was found to pick one"
+    )
+
+
+def get_backend(name: str) -> Backend:
+    if name in _loaded:
+        return _loaded[name]
+    if name not in _MODULES:
+        supported = ", ".join(sorted(_MODULES))
+        raise Unsupported(f"backend '{name}' is not supported (supported backends: {supported})")
+    module_name, extra = _MODULES[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise Unsupported(
+            f"backend '{name}' needs a package that is not installed ({exc.name}): "
+            f"pip install 'nereid[{extra}]'"
+        ) from None
+    backend: Backend = module.create_backend()
+    _loaded[name] = backend
+    return backend
+
+
+__all__ = ["Backend", "InstanceSpec", "ModelInstance", "backend_name", "get_backend"]

@@ -1,0 +1,227 @@
+"""ONNX Runtime backend (`platform: "onnxruntime_onnx"` / `backend: "onnxruntime"`): a session per instance."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tritonclient.grpc import model_config_pb2 as mc
+
+from nereid.backends.base import InstanceSpec
+from nereid.errors import InternalError, InvalidArgument, ModelConfigError, Unavailable
+
+log = logging.getLogger(__name__)
+
+# ONNX type strings -> config data types
+_ONNX_TYPES = {
+    "tensor(bool)": mc.TYPE_BOOL,
+    "tensor(uint8)": mc.TYPE_UINT8,
+    "tensor(uint16)": mc.TYPE_UINT16,
+    "tensor(uint32)": mc.TYPE_UINT32,
+    "tensor(uint64)": mc.TYPE_UINT64,
+    "tensor(int8)": mc.TYPE_INT8,
+    "tensor(int16)": mc.TYPE_INT16,
+    "tensor(int32)": mc.TYPE_INT32,
+    "tensor(int64)": mc.TYPE_INT64,
+    "tensor(float16)": mc.TYPE_FP16,
+    "tensor(float)": mc.TYPE_FP32,
+    "tensor(double)": mc.TYPE_FP64,
+    "tensor(bfloat16)": mc.TYPE_BF16,
+    "tensor(string)": mc.TYPE_STRING,
+}
+
+# Session options Triton's ONNX Runtime backend reads from config `parameters`.
+_THREAD_PARAMETERS = {
+    "intra_op_thread_count": "intra_op_num_threads",
+    "inter_op_thread_count": "inter_op_num_threads",
+}
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+    default_model_filename = "model.onnx"
+
+    def gpu_available(self) -> bool:
+        return "CUDAExecutionProvider" in ort.get_available_providers()
+
+    def auto_complete(self, config: mc.ModelConfig, model_file: Path, default_max_batch_size: int) -> None:
+        session = _metadata_session(model_file)
+        model_inputs = session.get_inputs()
+        model_outputs = session.get_outputs()
+        if config.max_batch_size == 0 and not config.input and not config.output:
+            # Batchable when every tensor's first dimension is variable, as Triton decides it.
+            batchable = all(
+                _is_variable(t.shape[0]) for t in [*model_inputs, *model_outputs] if len(t.shape) > 0
+            )
+            if batchable and default_max_batch_size > 0:
+                config.max_batch_size = default_max_batch_size
+                if not config.HasField("sequence_batching") and not config.HasField("dynamic_batching"):
+                    config.dynamic_batching.SetInParent()
+        skip = 1 if config.max_batch_size > 0 else 0
+        _complete_tensors(config.input, model_inputs, skip)
+        _complete_tensors(config.output, model_outputs, skip)
+
+    def check(self, config: mc.ModelConfig, model_file: Path) -> None:
+        session = _metadata_session(model_file)
+        _check_against_model("input", config.input, session.get_inputs(), config, require_all=True)
+        _check_against_model("output", config.output, session.get_outputs(), config, require_all=False)
+
+    def create_instance(self, spec: InstanceSpec) -> OnnxRuntimeInstance:
+        return OnnxRuntimeInstance(spec, self.gpu_available())
+
+
+class OnnxRuntimeInstance:
+    def __init__(self, spec: InstanceSpec, gpu_available: bool) -> None:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        parameters = {k: v.string_value for k, v in spec.config.parameters.items()}
+        for key, option in _THREAD_PARAMETERS.items():
+            if key in parameters:
+                try:
+                    value = int(parameters[key])
+                except ValueError:
+                    raise ModelConfigError(
+                        f"model '{spec.model_name}': parameter '{key}' must be an integer, "
+                        f"got '{parameters[key]}'"
+                    ) from None
+                setattr(options, option, value)
+        level = spec.config.optimization.graph.level
+        if level == -1:
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        elif level == 1:
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        if spec.kind == "GPU":
+            if not gpu_available:
+                raise Unavailable(
+                    f"instance '{spec.instance_name}' of model '{spec.model_name}' asks for KIND_GPU, "
+                    "but ONNX Runtime has no CUDA execution provider here (install onnxruntime-gpu on a GPU host)"
+                )
+            providers: list = [("CUDAExecutionProvider", {"device_id": spec.device_id}), "CPUExecutionProvider"]
+        else:
+            providers = ["CPUExecutionProvider"]
+        try:
+            self._session = ort.InferenceSession(str(spec.model_file), options, providers=providers)
+        except Exception as exc:  # ORT raises its own exception types; report the reason whole
+            raise Unavailable(f"failed to load model '{spec.model_name}': {exc}") from None
+        self._string_inputs = {i.name for i in self._session.get_inputs() if i.type == "tensor(string)"}
+        self._string_outputs = {o.name for o in self._session.get_outputs() if o.type == "tensor(string)"}
+        self._model_name = spec.model_name
+
+    def execute(self, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        feed = {name: _to_ort_strings(name, a) if name in self._string_inputs else a for name, a in inputs.items()}
+        try:
+            results = self._session.run(list(outputs), feed)
+        except Exception as exc:  # ORT's RuntimeException & co carry the useful text
+            raise InternalError(f"onnx runtime error while running model '{self._model_name}': {exc}") from None
+        out: dict[str, np.ndarray] = {}
+        for name, value in zip(outputs, results):
+            out[name] = _from_ort_strings(value) if name in self._string_outputs else value
+        return out
+
+    def close(self) -> None:
+        del self._session
+
+
+def create_backend() -> OnnxRuntimeBackend:
+    return OnnxRuntimeBackend()
+
+
+def _metadata_session(model_file: Path) -> ort.InferenceSession:
+    if not model_file.exists():
+        raise Unavailable(f"model file not found: '{model_file}'")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        return ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise Unavailable(f"failed to load '{model_file}': {exc}") from None
+
+
+def _is_variable(dim: object) -> bool:
+    return not isinstance(dim, int) or dim < 0
+
+
+def _model_dims(shape: list, skip: int) -> list[int]:
+    return [d if isinstance(d, int) and d >= 0 else -1 for d in shape[skip:]]
+
+
+def _complete_tensors(tensors, model_tensors, skip: int) -> None:  # type: ignore[no-untyped-def]
+    """Add tensors the config lacks; fill data_type/dims of listed ones that leave them out."""
+    listed = {t.name: t for t in tensors}
+    for model_tensor in model_tensors:
+        dtype = _ONNX_TYPES.get(model_tensor.type, mc.TYPE_INVALID)
+        tensor = listed.get(model_tensor.name)
+        if tensor is None:
+            tensor = tensors.add(name=model_tensor.name)
+        if tensor.data_type == mc.TYPE_INVALID:
+            tensor.data_type = dtype
+        if not tensor.dims and not tensor.HasField("reshape"):
+            dims = _model_dims(model_tensor.shape, skip)
+            if dims:
+                tensor.dims.extend(dims)
+            else:
+                tensor.dims.append(1)
+                tensor.reshape.SetInParent()
+
+
+def _check_against_model(kind, tensors, model_tensors, config: mc.ModelConfig, require_all: bool) -> None:  # type: ignore[no-untyped-def]
+    by_name = {t.name: t for t in model_tensors}
+    for tensor in tensors:
+        model_tensor = by_name.get(tensor.name)
+        if model_tensor is None:
+            raise ModelConfigError(
+                f"model '{config.name}': unexpected {kind} '{tensor.name}' in the configuration; "
+                f"the model's {kind}s are {sorted(by_name)}"
+            )
+        expected = _ONNX_TYPES.get(model_tensor.type)
+        if expected != tensor.data_type:
+            raise ModelConfigError(
+                f"model '{config.name}': {kind} '{tensor.name}' has data type "
+                f"{mc.DataType.Name(tensor.data_type)} in the configuration but {model_tensor.type} in the model"
+            )
+        _check_dims(kind, tensor, model_tensor.shape, config)
+    if require_all:
+        missing = [
+            name for name in by_name
+            if name not in {t.name for t in tensors}
+        ]
+        if missing:
+            raise ModelConfigError(
+                f"model '{config.name}': the configuration does not list model {kind}s {missing}"
+            )
+
+
+def _check_dims(kind: str, tensor, model_shape: list, config: mc.ModelConfig) -> None:  # type: ignore[no-untyped-def]
+    dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
+    shape = list(model_shape)
+    if config.max_batch_size > 0:
+        if not shape or not _is_variable(shape[0]):
+            raise ModelConfigError(
+                f"model '{config.name}': {kind} '{tensor.name}': max_batch_size is {config.max_batch_size} "
+                f"but the model's first dimension is {shape[0] if shape else 'missing'}, not a variable "
+                "batch dimension"
+            )
+        shape = shape[1:]
+    if len(dims) != len(shape) or any(
+        not _is_variable(m) and d != m for d, m in zip(dims, shape)
+    ):
+        raise ModelConfigError(
+            f"model '{config.name}': {kind} '{tensor.name}' has dims {dims} in the configuration "
+            f"(after the batch dimension) but the model expects {[m if isinstance(m, int) else -1 for m in shape]}"
+        )
+
+
+def _to_ort_strings(name: str, array: np.ndarray) -> np.ndarray:
+    """ONNX Runtime wants str elements; BYTES tensors carry bytes."""
+    try:
+        return np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else str(b), otypes=[object])(array)
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"input '{name}': ONNX Runtime string tensors must hold UTF-8 text") from None
+
+
+def _from_ort_strings(array: np.ndarray) -> np.ndarray:
+    return np.vectorize(lambda s: s.encode("utf-8") if isinstance(s, str) else bytes(s), otypes=[object])(array)

@@ -1,0 +1,161 @@
+"""Command line with tritonserver's flag names and defaults -> ServerSettings."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from nereid.settings import ServerSettings
+
+# Triton flags that a later version of Nereid implements. They are accepted so existing command lines
+# keep working, and each one given is reported at start-up as having no effect yet.
+NOT_YET_SUPPORTED = (
+    "--repository-poll-secs",
+    "--http-thread-count",
+    "--http-header-forward-pattern",
+    "--http-restricted-api",
+    "--reuse-http-port",
+    "--reuse-grpc-port",
+    "--grpc-infer-thread-count",
+    "--grpc-use-ssl",
+    "--grpc-use-ssl-mutual",
+    "--grpc-server-cert",
+    "--grpc-server-key",
+    "--grpc-root-cert",
+    "--grpc-infer-response-compression-level",
+    "--grpc-keepalive-time",
+    "--grpc-keepalive-timeout",
+    "--grpc-restricted-protocol",
+    "--grpc-header-forward-pattern",
+    "--allow-gpu-metrics",
+    "--allow-cpu-metrics",
+    "--metrics-interval-ms",
+    "--metrics-config",
+    "--allow-client-shm",
+    "--trace-config",
+    "--log-info",
+    "--log-warning",
+    "--log-error",
+    "--log-format",
+    "--log-file",
+    "--rate-limit",
+    "--rate-limit-resource",
+    "--cache-config",
+    "--response-cache-byte-size",
+    "--pinned-memory-pool-byte-size",
+    "--cuda-memory-pool-byte-size",
+    "--backend-directory",
+    "--repoagent-directory",
+    "--model-load-retry-count",
+    "--model-namespacing",
+    "--min-supported-compute-capability",
+    "--buffer-manager-thread-count",
+    "--host-policy",
+)
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nereid",
+        description="Serve a Triton model repository over Triton's HTTP/REST protocol.",
+        allow_abbrev=False,
+    )
+    p.add_argument("--model-repository", "--model-store", action="append", required=True, metavar="DIR",
+                   help="model repository folder (repeatable)")
+    p.add_argument("--id", default="triton", help="server identifier reported by server metadata")
+    p.add_argument("--allow-http", type=_bool, default=True, metavar="BOOL")
+    p.add_argument("--http-address", default="0.0.0.0")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024, metavar="BYTES")
+    p.add_argument("--allow-grpc", type=_bool, default=True, metavar="BOOL")
+    p.add_argument("--grpc-address", default="0.0.0.0")
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL")
+    p.add_argument("--metrics-address", default="0.0.0.0")
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--model-control-mode", default="none", choices=["none", "explicit", "poll"])
+    p.add_argument("--load-model", action="append", default=[], metavar="NAME")
+    p.add_argument("--model-config-name", default="")
+    p.add_argument("--disable-auto-complete-config", action="store_true")
+    p.add_argument("--strict-model-config", type=_bool, default=None, metavar="BOOL",
+                   help="deprecated: true is the same as --disable-auto-complete-config")
+    p.add_argument("--backend-config", action="append", default=[], metavar="[BACKEND,]KEY=VALUE")
+    p.add_argument("--model-load-thread-count", type=int, default=4)
+    p.add_argument("--strict-readiness", type=_bool, default=True, metavar="BOOL")
+    p.add_argument("--exit-on-error", type=_bool, default=True, metavar="BOOL")
+    p.add_argument("--exit-timeout-secs", type=int, default=30)
+    p.add_argument("--log-verbose", type=int, default=0)
+    for flag in NOT_YET_SUPPORTED:
+        p.add_argument(flag, action="append", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
+    """Settings, plus one warning per flag that was given but has no effect in this version."""
+    args = build_parser().parse_args(argv)
+    warnings = [
+        f"{flag} is not supported yet and has no effect"
+        for flag in NOT_YET_SUPPORTED
+        if getattr(args, flag.lstrip("-").replace("-", "_")) is not None
+    ]
+    if args.model_control_mode != "none" or args.load_model:
+        raise SystemExit(
+            "nereid: --model-control-mode explicit/poll and --load-model are not supported yet; "
+            "this version loads every model at start-up (mode 'none')"
+        )
+    backend_config: dict[str, dict[str, str]] = {}
+    for item in args.backend_config:
+        scope, _, pair = item.rpartition(",")
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"nereid: --backend-config expects [backend,]key=value, got '{item}'")
+        backend_config.setdefault(scope, {})[key] = value
+    try:
+        default_max_batch_size = int(backend_config.get("", {}).get("default-max-batch-size", "4"))
+    except ValueError:
+        raise SystemExit("nereid: --backend-config=default-max-batch-size needs an integer") from None
+    auto_complete = not args.disable_auto_complete_config and args.strict_model_config is not True
+    settings = ServerSettings(
+        model_repositories=tuple(Path(p) for p in args.model_repository),
+        server_id=args.id,
+        allow_http=args.allow_http,
+        http_address=args.http_address,
+        http_port=args.http_port,
+        http_max_input_size=args.http_max_input_size,
+        allow_grpc=args.allow_grpc,
+        grpc_address=args.grpc_address,
+        grpc_port=args.grpc_port,
+        allow_metrics=args.allow_metrics,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        model_control_mode=args.model_control_mode,
+        load_models=tuple(args.load_model),
+        model_config_name=args.model_config_name,
+        auto_complete_config=auto_complete,
+        default_max_batch_size=default_max_batch_size,
+        model_load_thread_count=args.model_load_thread_count,
+        strict_readiness=args.strict_readiness,
+        exit_on_error=args.exit_on_error,
+        exit_timeout_secs=args.exit_timeout_secs,
+        log_verbose=args.log_verbose,
+        backend_config=backend_config,
+    )
+    return settings, warnings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from nereid.server import serve
+
+    settings, warnings = parse_settings(sys.argv[1:] if argv is None else argv)
+    return serve(settings, warnings)

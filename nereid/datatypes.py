@@ -1,0 +1,119 @@
+"""Tensor data types: wire names ("FP32"), config names (TYPE_FP32), numpy dtypes, BYTES encoding."""
+
+from __future__ import annotations
+
+import struct
+
+import ml_dtypes
+import numpy as np
+
+from nereid.errors import InvalidArgument
+
+# Wire datatype -> numpy dtype (little-endian, as the binary tensor extension requires).
+_NUMPY: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "BYTES": np.dtype(np.object_),
+}
+
+WIRE_DATATYPES = frozenset(_NUMPY)
+
+_BY_KIND: dict[tuple[str, int], str] = {
+    (dt.kind, dt.itemsize): name for name, dt in _NUMPY.items() if name not in ("BYTES", "BF16")
+}
+
+
+def config_to_wire(type_name: str) -> str:
+    """TYPE_FP32 -> FP32; TYPE_STRING -> BYTES."""
+    name = type_name.removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def wire_to_config(datatype: str) -> str:
+    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
+
+
+def numpy_dtype(datatype: str) -> np.dtype:
+    try:
+        return _NUMPY[datatype]
+    except KeyError:
+        raise InvalidArgument(f"invalid datatype '{datatype}'") from None
+
+
+def wire_datatype(dtype: np.dtype) -> str:
+    """The wire datatype of a numpy dtype (object/bytes/str arrays are BYTES)."""
+    if dtype.kind in ("O", "S", "U"):
+        return "BYTES"
+    if dtype == _NUMPY["BF16"]:
+        return "BF16"
+    try:
+        return _BY_KIND[(dtype.kind, dtype.itemsize)]
+    except KeyError:
+        raise InvalidArgument(f"unsupported numpy dtype {dtype}") from None
+
+
+def element_size(datatype: str) -> int:
+    """Bytes per element; 0 for BYTES, whose elements vary in size."""
+    return 0 if datatype == "BYTES" else _NUMPY[datatype].itemsize
+
+
+def deserialize_bytes(buffer: bytes | memoryview, count: int, tensor: str) -> np.ndarray:
+    """Decode `count` length-prefixed (4-byte LE) elements into a numpy object array."""
+    view = memoryview(buffer)
+    out = np.empty(count, dtype=np.object_)
+    pos = 0
+    end = len(view)
+    for i in range(count):
+        if pos + 4 > end:
+            raise InvalidArgument(
+                f"unexpected number of string elements for input '{tensor}', expecting {count}, got {i}"
+            )
+        (length,) = struct.unpack_from("<I", view, pos)
+        pos += 4
+        if pos + length > end:
+            raise InvalidArgument(f"input '{tensor}': string element {i} runs past the end of its data")
+        out[i] = bytes(view[pos : pos + length])
+        pos += length
+    if pos != end:
+        raise InvalidArgument(
+            f"input '{tensor}' has {end - pos} bytes of data after its {count} string elements"
+        )
+    return out
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """Encode a BYTES tensor as length-prefixed elements, row-major."""
+    parts: list[bytes] = []
+    for item in array.reshape(-1):
+        data = as_bytes(item)
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def as_bytes(item: object) -> bytes:
+    if isinstance(item, bytes):
+        return item
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    if isinstance(item, (bytearray, memoryview)):
+        return bytes(item)
+    return str(item).encode("utf-8")
+
+
+def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes:
+    """Raw little-endian row-major bytes of a tensor, as on the wire."""
+    if datatype == "BYTES":
+        return serialize_bytes(array)
+    return np.ascontiguousarray(array, dtype=_NUMPY[datatype]).tobytes()

@@ -1,0 +1,94 @@
+"""The protocol-neutral core: every frontend calls these methods and nothing below them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nereid import TRITON_PROTOCOL_VERSION
+from nereid.classification import classify
+from nereid.datatypes import wire_datatype
+from nereid.errors import InternalError
+from nereid.repository import ModelManager, ModelVersion
+from nereid.request_checks import backend_inputs, requested_outputs
+from nereid.settings import ServerSettings
+from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+
+# Extensions this server implements, named as Triton names them in server metadata.
+EXTENSIONS = (
+    "classification",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+)
+
+
+class Engine:
+    def __init__(self, settings: ServerSettings, models: ModelManager) -> None:
+        self._settings = settings
+        self.models = models
+        self._live = True
+
+    # health and metadata
+    def is_live(self) -> bool:
+        return self._live
+
+    def is_ready(self) -> bool:
+        if not self._live:
+            return False
+        return self.models.all_ready() if self._settings.strict_readiness else True
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": self._settings.server_id, "version": TRITON_PROTOCOL_VERSION, "extensions": list(EXTENSIONS)}
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        return self.models.get(name, version).metadata
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.models.is_ready(name, version)
+
+    def model_config(self, name: str, version: str = "") -> dict[str, Any]:
+        return self.models.get(name, version).config_json
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        return self.models.index(ready_only)
+
+    # inference
+    async def infer(self, request: InferRequest) -> InferResponse:
+        model = self.models.get(request.model_name, request.model_version)
+        inputs = backend_inputs(model, request)
+        wanted = requested_outputs(model, request)
+        results = await model.scheduler.execute(inputs, [o.name for o in wanted])
+        outputs = [_output_tensor(model, o, results) for o in wanted]
+        return InferResponse(
+            model_name=model.name,
+            model_version=str(model.version),
+            outputs=outputs,
+            id=request.id,
+        )
+
+    def shutdown(self) -> None:
+        self._live = False
+        self.models.stop()
+
+
+def _output_tensor(model: ModelVersion, requested: RequestedOutput, results: dict[str, np.ndarray]) -> InferTensor:
+    spec = model.outputs[requested.name]
+    array = results.get(requested.name)
+    if array is None:
+        raise InternalError(f"model '{model.name}' did not produce output '{requested.name}'")
+    batched = model.max_batch_size > 0
+    if spec.backend_dims is not None:
+        array = array.reshape(((array.shape[0],) if batched else ()) + tuple(spec.dims))
+    if requested.class_count > 0:
+        array = classify(array, requested.class_count, spec.labels, batched, requested.name)
+        datatype = "BYTES"
+    else:
+        datatype = spec.datatype
+        if wire_datatype(array.dtype) != datatype:
+            raise InternalError(
+                f"model '{model.name}' produced {wire_datatype(array.dtype)} for output '{requested.name}', "
+                f"its configuration says {datatype}"
+            )
+    return InferTensor(requested.name, datatype, tuple(array.shape), array, {})

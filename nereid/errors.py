@@ -1,0 +1,60 @@
+"""One error hierarchy for the whole server; frontends map `Status` to HTTP or gRPC codes."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Status(enum.Enum):
+    """Triton's error codes (TRITONSERVER_Error_Code)."""
+
+    UNKNOWN = "UNKNOWN"
+    INTERNAL = "INTERNAL"
+    NOT_FOUND = "NOT_FOUND"
+    INVALID_ARG = "INVALID_ARG"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNSUPPORTED = "UNSUPPORTED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    CANCELLED = "CANCELLED"
+
+
+class NereidError(Exception):
+    """An error with a status that every frontend knows how to report."""
+
+    status: Status = Status.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(NereidError):
+    status = Status.INVALID_ARG
+
+
+class NotFound(NereidError):
+    status = Status.NOT_FOUND
+
+
+class Unavailable(NereidError):
+    status = Status.UNAVAILABLE
+
+
+class Unsupported(NereidError):
+    status = Status.UNSUPPORTED
+
+
+class AlreadyExists(NereidError):
+    status = Status.ALREADY_EXISTS
+
+
+class Cancelled(NereidError):
+    status = Status.CANCELLED
+
+
+class InternalError(NereidError):
+    status = Status.INTERNAL
+
+
+class ModelConfigError(InvalidArgument):
+    """config.pbtxt could not be parsed or is not valid; the message names file and field."""

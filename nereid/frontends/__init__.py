@@ -1,0 +1,1 @@
+"""Frontends translate between a wire protocol and the engine; they hold no model logic."""

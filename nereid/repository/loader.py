@@ -1,0 +1,178 @@
+"""Turn a model folder into loaded versions: config, auto-complete, defaults, validation, instances."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from nereid.backends import BACKEND_PLATFORMS, InstanceSpec, backend_name, get_backend
+from nereid.backends.base import Backend, ModelInstance
+from nereid.errors import ModelConfigError, NereidError, Unavailable
+from nereid.model_config import config_to_json, read_config, validate_config
+from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
+from nereid.repository.scan import ModelSource, select_versions, version_folders
+from nereid.scheduling import DefaultScheduler
+from nereid.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadResult:
+    """What loading a model gave: the versions that loaded, and why the others did not."""
+
+    name: str
+    versions: dict[int, ModelVersion]
+    failures: dict[int | None, str]  # None: the model as a whole failed (config, backend, ...)
+
+
+def load_model(source: ModelSource, settings: ServerSettings) -> LoadResult:
+    result = LoadResult(source.name, {}, {})
+    if source.duplicate_of is not None:
+        result.failures[None] = (
+            f"model '{source.name}' appears in two model repositories ({source.path.parent} and "
+            f"{source.duplicate_of.parent}); rename one of them"
+        )
+        return result
+    try:
+        config, backend, folders = _complete_config(source, settings)
+        labels = _read_labels(source.path, config)
+    except NereidError as exc:
+        result.failures[None] = exc.message
+        return result
+    config_json = config_to_json(config)
+    wanted = select_versions(config.version_policy, list(folders))
+    if not wanted:
+        result.failures[None] = f"model '{source.name}' has no versions to load under its version policy"
+    for version in wanted:
+        if version not in folders:
+            result.failures[version] = f"version {version} of model '{source.name}' has no folder"
+            continue
+        try:
+            result.versions[version] = _load_version(source, config, config_json, backend, folders, version, labels)
+        except NereidError as exc:
+            result.failures[version] = exc.message
+        except Exception as exc:  # a backend failing in an unforeseen way fails this version only
+            log.exception("loading version %d of model '%s' failed", version, source.name)
+            result.failures[version] = f"{type(exc).__name__}: {exc}"
+    loaded = sorted(result.versions)
+    for model_version in result.versions.values():
+        model_version.metadata["versions"] = [str(v) for v in loaded]
+    return result
+
+
+def _complete_config(source: ModelSource, settings: ServerSettings) -> tuple[mc.ModelConfig, Backend, dict[int, Path]]:
+    config, config_source = read_config(source.path, settings.model_config_name)
+    if not config.name:
+        config.name = source.name
+    folders = version_folders(source.path)
+    name = backend_name(config, source.path, list(folders.values()))
+    backend = get_backend(name)
+    if not config.backend:
+        config.backend = name
+    if not config.platform and name in BACKEND_PLATFORMS:
+        config.platform = BACKEND_PLATFORMS[name]
+    if not config.default_model_filename:
+        config.default_model_filename = backend.default_model_filename
+    if settings.auto_complete_config and folders:
+        latest = folders[max(folders)]
+        backend.auto_complete(config, latest / config.default_model_filename, settings.default_max_batch_size)
+    _fill_defaults(config, backend)
+    validate_config(config, config_source, source.name)
+    if not config.input and not config.output:
+        raise ModelConfigError(
+            f"model '{source.name}': the configuration has no inputs or outputs, and auto-complete "
+            "could not provide them"
+        )
+    return config, backend, folders
+
+
+def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
+    """Fields Triton fills in on every loaded config, so /config shows the same values."""
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    if not config.instance_group:
+        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_AUTO, count=1)
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}" if len(config.instance_group) > 1 else config.name
+        if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
+            group.kind = mc.ModelInstanceGroup.KIND_GPU if backend.gpu_available() else mc.ModelInstanceGroup.KIND_CPU
+        if group.count == 0:
+            group.count = 1
+    optimization = config.optimization
+    if not optimization.HasField("input_pinned_memory"):
+        optimization.input_pinned_memory.enable = True
+    if not optimization.HasField("output_pinned_memory"):
+        optimization.output_pinned_memory.enable = True
+
+
+def _read_labels(model_dir: Path, config: mc.ModelConfig) -> dict[str, tuple[str, ...]]:
+    labels: dict[str, tuple[str, ...]] = {}
+    for output in config.output:
+        if output.label_filename:
+            path = model_dir / output.label_filename
+            try:
+                labels[output.name] = tuple(path.read_text(encoding="utf-8").splitlines())
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ModelConfigError(
+                    f"model '{config.name}': cannot read label file '{output.label_filename}' of output "
+                    f"'{output.name}': {exc}"
+                ) from None
+    return labels
+
+
+def _load_version(
+    source: ModelSource,
+    config: mc.ModelConfig,
+    config_json: dict,
+    backend: Backend,
+    folders: dict[int, Path],
+    version: int,
+    labels: dict[str, tuple[str, ...]],
+) -> ModelVersion:
+    version_dir = folders[version]
+    model_file = version_dir / config.default_model_filename
+    if not model_file.exists():
+        raise Unavailable(
+            f"failed to load model '{source.name}' version {version}: model file '{model_file}' not found"
+        )
+    backend.check(config, model_file)
+    instances: list[ModelInstance] = []
+    try:
+        for group in config.instance_group:
+            kind = mc.ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
+            devices = list(group.gpus) or [0]
+            per_device = devices if kind == "GPU" else [0]
+            for device_id in per_device:
+                for index in range(group.count):
+                    spec = InstanceSpec(
+                        model_name=source.name,
+                        version=version,
+                        config=config,
+                        model_dir=source.path,
+                        version_dir=version_dir,
+                        model_file=model_file,
+                        instance_name=f"{group.name}_{index}" if kind != "GPU" else f"{group.name}_{index}_gpu{device_id}",
+                        kind=kind,
+                        device_id=device_id,
+                    )
+                    instances.append(backend.create_instance(spec))
+    except BaseException:
+        for instance in instances:
+            instance.close()
+        raise
+    return ModelVersion(
+        name=source.name,
+        version=version,
+        config=config,
+        config_json=config_json,
+        metadata=model_metadata(config, [version]),
+        inputs=tensor_specs(config.input),
+        outputs=tensor_specs(config.output, labels),
+        scheduler=DefaultScheduler(f"'{source.name}' version {version}", instances),
+        output_names=tuple(o.name for o in config.output),
+    )

@@ -1,0 +1,80 @@
+"""A loaded model version: its completed config, what requests are checked against, and its scheduler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from nereid.datatypes import config_to_wire
+from nereid.scheduling import DefaultScheduler
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A config input or output as the infer path needs it, computed once at load."""
+
+    name: str
+    datatype: str  # wire name, e.g. "FP32"
+    dims: tuple[int, ...]  # API dims without the batch dimension
+    backend_dims: tuple[int, ...] | None  # `reshape` dims, or None when the backend sees `dims`
+    optional: bool = False
+    labels: tuple[str, ...] = ()
+
+
+@dataclass
+class ModelVersion:
+    name: str
+    version: int
+    config: mc.ModelConfig
+    config_json: dict[str, Any]
+    metadata: dict[str, Any]
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    scheduler: DefaultScheduler
+    output_names: tuple[str, ...] = field(default=())
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.config.max_batch_size
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+
+
+def tensor_specs(tensors: Any, labels: dict[str, tuple[str, ...]] | None = None) -> dict[str, TensorSpec]:
+    specs: dict[str, TensorSpec] = {}
+    for tensor in tensors:
+        specs[tensor.name] = TensorSpec(
+            name=tensor.name,
+            datatype=config_to_wire(mc.DataType.Name(tensor.data_type)),
+            dims=tuple(tensor.dims),
+            backend_dims=tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None,
+            optional=getattr(tensor, "optional", False),
+            labels=(labels or {}).get(tensor.name, ()),
+        )
+    return specs
+
+
+def model_metadata(config: mc.ModelConfig, versions: list[int]) -> dict[str, Any]:
+    """Body of GET /v2/models/{m}: shapes include -1 for the batch dimension when batching."""
+    batch = [-1] if config.max_batch_size > 0 else []
+
+    def describe(tensors: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": t.name,
+                "datatype": config_to_wire(mc.DataType.Name(t.data_type)),
+                "shape": batch + list(t.dims),
+            }
+            for t in tensors
+        ]
+
+    return {
+        "name": config.name,
+        "versions": [str(v) for v in versions],
+        "platform": config.platform or config.backend,
+        "inputs": describe(config.input),
+        "outputs": describe(config.output),
+    }

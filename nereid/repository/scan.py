@@ -1,0 +1,59 @@
+"""Find models and their version folders under one or more repository roots."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model folder found in a repository; `duplicate_of` names a second root holding the same name."""
+
+    name: str
+    path: Path
+    duplicate_of: Path | None = None
+
+
+def discover(roots: list[Path]) -> dict[str, ModelSource]:
+    """Every model folder of every root. A name in two roots is kept, marked, so that only it fails."""
+    found: dict[str, ModelSource] = {}
+    for root in roots:
+        for entry in sorted(root.iterdir()):
+            if not entry.is_dir() or entry.name.startswith("."):
+                continue
+            if entry.name in found:
+                found[entry.name] = ModelSource(entry.name, found[entry.name].path, duplicate_of=entry)
+                continue
+            found[entry.name] = ModelSource(entry.name, entry)
+    return found
+
+
+def version_folders(model_dir: Path) -> dict[int, Path]:
+    """Numeric sub-folders; other folders are ignored with a warning, as Triton does."""
+    versions: dict[int, Path] = {}
+    for entry in sorted(model_dir.iterdir()):
+        if not entry.is_dir() or entry.name == "configs" or entry.name.startswith("."):
+            continue
+        if entry.name.isdigit():
+            versions[int(entry.name)] = entry
+        else:
+            log.warning("ignoring '%s' in model '%s': version folders must be numeric", entry.name, model_dir.name)
+    return versions
+
+
+def select_versions(policy: mc.ModelVersionPolicy, available: list[int]) -> list[int]:
+    """The versions a version policy serves, ascending. Default: the latest one."""
+    ordered = sorted(available)
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return ordered
+    if choice == "specific":
+        return sorted(set(policy.specific.versions))
+    count = policy.latest.num_versions if choice == "latest" else 1
+    return ordered[-count:] if count > 0 else []

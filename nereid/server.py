@@ -1,0 +1,81 @@
+"""Wires settings, repository, engine and frontends together; start, serve, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import uvicorn
+
+from nereid.engine import Engine
+from nereid.errors import NereidError
+from nereid.frontends.http import HttpFrontend
+from nereid.repository import ModelManager
+from nereid.settings import ServerSettings
+
+log = logging.getLogger("nereid")
+
+
+def build_engine(settings: ServerSettings) -> Engine:
+    models = ModelManager(settings)
+    models.load_all()
+    return Engine(settings, models)
+
+
+def model_table(engine: Engine) -> str:
+    rows = engine.models.model_table()
+    header = ("Model", "Version", "Status")
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in range(3)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+    def fmt(row: tuple[str, str, str]) -> str:
+        return "| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |"
+
+    return "\n".join([line, fmt(header), line, *(fmt(r) for r in rows), line])
+
+
+def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO,
+        format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
+        stream=sys.stderr,
+    )
+    for warning in warnings or []:
+        log.warning(warning)
+    try:
+        engine = build_engine(settings)
+    except NereidError as exc:
+        log.error("%s", exc.message)
+        return 1
+    print(model_table(engine), flush=True)
+    if settings.exit_on_error and not engine.models.all_ready():
+        log.error("exiting: not every model loaded (start with --exit-on-error=false to serve the others)")
+        engine.shutdown()
+        return 1
+    if settings.allow_grpc:
+        log.warning("gRPC is not supported yet: nothing listens on port %d", settings.grpc_port)
+    if settings.allow_metrics:
+        log.warning("metrics are not supported yet: nothing listens on port %d", settings.metrics_port)
+    if not settings.allow_http:
+        log.error("exiting: --allow-http=false leaves no endpoint to serve")
+        engine.shutdown()
+        return 1
+    config = uvicorn.Config(
+        HttpFrontend(engine, settings),
+        host=settings.http_address,
+        port=settings.http_port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=settings.exit_timeout_secs,
+    )
+    server = uvicorn.Server(config)
+    log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
+    try:
+        asyncio.run(server.serve())
+    finally:
+        engine.shutdown()
+    return 0 if server.started else 1
