@@ -20,15 +20,14 @@ _INT64_TYPES = {
 
 
 def config_to_json(config: mc.ModelConfig) -> dict[str, Any]:
-    """All fields printed with their proto names; int64 fields as JSON numbers, as Triton prints them
-    (protobuf's own printer would quote them)."""
+    """All fields, in declaration order, with their proto names; int64 fields as JSON numbers, as Triton
+    prints them (protobuf's own printer would quote them)."""
     data = json_format.MessageToDict(
         config,
         preserving_proto_field_name=True,
         always_print_fields_with_no_presence=True,
     )
-    _unquote_int64(data, config.DESCRIPTOR)
-    return data
+    return _normalize(data, config.DESCRIPTOR)
 
 
 def config_from_json(data: dict[str, Any]) -> mc.ModelConfig:
@@ -40,30 +39,26 @@ def config_from_json(data: dict[str, Any]) -> mc.ModelConfig:
     return config
 
 
-def _unquote_int64(data: dict[str, Any], descriptor: Descriptor) -> None:
+def _normalize(data: dict[str, Any], descriptor: Descriptor) -> dict[str, Any]:
+    """Reorder keys as the message declares its fields, and unquote 64-bit integers."""
+    out: dict[str, Any] = {}
     for field in descriptor.fields:
-        if field.name not in data:
-            continue
-        value = data[field.name]
-        if field.message_type is not None:
-            if field.message_type.GetOptions().map_entry:
-                value_field = field.message_type.fields_by_name["value"]
-                for key, item in value.items():
-                    value[key] = _convert(item, value_field)
-            elif field.label == FieldDescriptor.LABEL_REPEATED:
-                for item in value:
-                    _unquote_int64(item, field.message_type)
-            else:
-                _unquote_int64(value, field.message_type)
-        elif field.type in _INT64_TYPES:
-            if field.label == FieldDescriptor.LABEL_REPEATED:
-                data[field.name] = [int(v) for v in value]
-            else:
-                data[field.name] = int(value)
+        if field.name in data:
+            out[field.name] = _value(data[field.name], field)
+    return out
 
 
-def _convert(value: Any, field: FieldDescriptor) -> Any:
+def _value(value: Any, field: FieldDescriptor) -> Any:
+    message = field.message_type
+    if message is not None and message.GetOptions().map_entry:
+        value_field = message.fields_by_name["value"]
+        return {key: _scalar_or_message(item, value_field) for key, item in value.items()}
+    if field.label == FieldDescriptor.LABEL_REPEATED:
+        return [_scalar_or_message(item, field) for item in value]
+    return _scalar_or_message(value, field)
+
+
+def _scalar_or_message(value: Any, field: FieldDescriptor) -> Any:
     if field.message_type is not None:
-        _unquote_int64(value, field.message_type)
-        return value
+        return _normalize(value, field.message_type)
     return int(value) if field.type in _INT64_TYPES else value

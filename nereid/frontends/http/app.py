@@ -44,12 +44,19 @@ _LATER = re.compile(
 
 
 class _Response:
-    __slots__ = ("status", "body", "headers")
+    __slots__ = ("status", "body", "headers", "compressible")
 
-    def __init__(self, status: int, body: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None):
+    def __init__(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: list[tuple[bytes, bytes]] | None = None,
+        compressible: bool = False,
+    ) -> None:
         self.status = status
         self.body = body
         self.headers = headers if headers is not None else [_JSON]
+        self.compressible = compressible
 
 
 def _json(status: int, value: Any) -> _Response:
@@ -84,7 +91,8 @@ class HttpFrontend:
         body = response.body
         out_headers = response.headers
         accept = headers.get("accept-encoding")
-        if accept and body:
+        # Triton compresses infer responses only; clients read other bodies as plain JSON.
+        if accept and response.compressible:
             encoding = choose_encoding(accept)
             if encoding != "identity":
                 body = compress(body, encoding)
@@ -136,8 +144,9 @@ class HttpFrontend:
         response = await self._engine.infer(request)
         payload, json_length = encode_infer_response(response, request)
         if json_length is None:
-            return _Response(200, payload)
-        return _Response(200, payload, [_OCTET, (b"inference-header-content-length", str(json_length).encode())])
+            return _Response(200, payload, compressible=True)
+        headers_out = [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
+        return _Response(200, payload, headers_out, compressible=True)
 
     async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
         declared = headers.get("content-length")

@@ -1,0 +1,120 @@
+"""Shared fixtures: repositories copied into temp dirs, and a real `nereid` subprocess on free ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "model_repository"
+# Triton's own example repository, beside the checkout where it is available.
+TRITON_EXAMPLES = ROOT.parent / "shared" / "fixtures" / "triton-examples"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen[bytes]
+    http_port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes] | None, timeout: float = 60.0) -> None:
+    """Poll /v2/health/ready until it answers 200; fail at once if the process exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server exited with code {process.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"server at {url} not ready after {timeout} s")
+
+
+def start_nereid(repository: Path, log_path: Path, *extra: str) -> RunningServer:
+    port = free_port()
+    command = [
+        sys.executable, "-m", "nereid", f"--model-repository={repository}", f"--http-port={port}",
+        "--http-address=127.0.0.1", "--allow-grpc=false", "--allow-metrics=false", *extra,
+    ]
+    log = log_path.open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = RunningServer(process, port, log_path)
+    try:
+        wait_ready(server.url, process)
+    except BaseException:
+        stop(process)
+        raise RuntimeError(f"nereid did not start:\n{server.log()}") from None
+    return server
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def examples_repository(tmp_path: Path) -> Path:
+    target = tmp_path / "model_repository"
+    shutil.copytree(EXAMPLES, target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def examples_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One server on the bundled examples, shared by the tests that only read from it."""
+    base = tmp_path_factory.mktemp("examples")
+    repository = base / "model_repository"
+    shutil.copytree(EXAMPLES, repository)
+    server = start_nereid(repository, base / "nereid.log")
+    try:
+        yield server
+    finally:
+        stop(server.process)
+
+
+@pytest.fixture(scope="session")
+def triton_examples_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """Nereid on a copy of Triton's own example ONNX models (simple, simple_int8, simple_string)."""
+    if not TRITON_EXAMPLES.is_dir():
+        pytest.skip(f"Triton's example repository is not present at {TRITON_EXAMPLES}")
+    base = tmp_path_factory.mktemp("triton_examples")
+    repository = base / "model_repository"
+    for name in ("simple", "simple_int8", "simple_string"):
+        shutil.copytree(TRITON_EXAMPLES / name, repository / name)
+    server = start_nereid(repository, base / "nereid.log")
+    try:
+        yield server
+    finally:
+        stop(server.process)
