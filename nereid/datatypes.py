@@ -68,26 +68,41 @@ def element_size(datatype: str) -> int:
     return 0 if datatype == "BYTES" else _NUMPY[datatype].itemsize
 
 
-def deserialize_bytes(buffer: bytes | memoryview, count: int, tensor: str) -> np.ndarray:
+def deserialize_bytes(buffer: bytes | memoryview, count: int, tensor: str, model: str = "") -> np.ndarray:
     """Decode `count` length-prefixed (4-byte LE) elements into a numpy object array."""
     view = memoryview(buffer)
+    end = len(view)
+    of_model = f" for model '{model}'" if model else ""
+    if count > end // 4:  # each element has at least its 4-byte length: refuse before allocating
+        raise InvalidArgument(
+            f"expected {count} string elements for inference input '{tensor}'{of_model}, but its "
+            f"{end} bytes cannot hold them"
+        )
     out = np.empty(count, dtype=np.object_)
     pos = 0
-    end = len(view)
     for i in range(count):
+        if pos == end:
+            raise InvalidArgument(
+                f"expected {count} string elements for inference input '{tensor}'{of_model}, got {i}"
+            )
         if pos + 4 > end:
             raise InvalidArgument(
-                f"unexpected number of string elements for input '{tensor}', expecting {count}, got {i}"
+                f"incomplete string length indicator for inference input '{tensor}', expecting 4 bytes but "
+                f"only {end - pos} bytes available"
             )
         (length,) = struct.unpack_from("<I", view, pos)
         pos += 4
         if pos + length > end:
-            raise InvalidArgument(f"input '{tensor}': string element {i} runs past the end of its data")
+            raise InvalidArgument(
+                f"incomplete string data for inference input '{tensor}', expecting string of length {length} "
+                f"but only {end - pos} bytes available"
+            )
         out[i] = bytes(view[pos : pos + length])
         pos += length
     if pos != end:
         raise InvalidArgument(
-            f"input '{tensor}' has {end - pos} bytes of data after its {count} string elements"
+            f"unexpected number of string elements for inference input '{tensor}'{of_model}: {end - pos} "
+            f"bytes remain after the {count} elements its shape holds"
         )
     return out
 

@@ -1,4 +1,8 @@
-"""Check an inference request against the model's config and shape its inputs for the backend."""
+"""Check an inference request against the model's config and shape its inputs for the backend.
+
+Checks run in Triton's order (requested outputs, input count, input names, batch size, then each
+input's data type and shape) with Triton's wording, so clients see the same first error.
+"""
 
 from __future__ import annotations
 
@@ -8,90 +12,113 @@ import numpy as np
 
 from nereid.errors import InvalidArgument
 from nereid.repository.model import ModelVersion, TensorSpec
-from nereid.types import InferRequest, RequestedOutput
+from nereid.types import InferRequest, InferTensor, RequestedOutput
+
+_BATCH_NOTE = (
+    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
+    "prepended to each input shape. If you want to specify the full shape including the batch dim in your "
+    "input dims config, try setting max_batch_size to zero. See the model configuration docs for more info "
+    "on max_batch_size."
+)
+
+
+def request_prefix(request_id: str) -> str:
+    return f"[request id: {request_id or '<id_unknown>'}] "
 
 
 def _shape_text(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
+def _names(names: Sequence[str]) -> str:
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
 def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
     return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims))
 
 
+def requested_outputs(model: ModelVersion, request: InferRequest) -> list[RequestedOutput]:
+    """The outputs to compute: those asked for (checked, duplicates folded), or all of them."""
+    if not request.outputs:
+        return [RequestedOutput(name) for name in model.output_names]
+    chosen: dict[str, RequestedOutput] = {}
+    for output in request.outputs:
+        if output.name not in model.outputs:
+            raise InvalidArgument(f"unexpected inference output '{output.name}' for model '{model.name}'")
+        chosen.setdefault(output.name, output)
+    return list(chosen.values())
+
+
 def backend_inputs(model: ModelVersion, request: InferRequest) -> dict[str, np.ndarray]:
     """Inputs keyed by name, reshaped to what the backend expects; raises on any mismatch."""
-    prefix = f"[request id: {request.id}] " if request.id else ""
-    by_name: dict[str, np.ndarray] = {}
-    batch_size: int | None = None
+    prefix = request_prefix(request.id)
+    given: dict[str, InferTensor] = {}
     for tensor in request.inputs:
-        spec = model.inputs.get(tensor.name)
-        if spec is None:
-            raise InvalidArgument(
-                f"{prefix}unexpected inference input '{tensor.name}' for model '{model.name}'"
-            )
-        if tensor.name in by_name:
-            raise InvalidArgument(f"{prefix}input '{tensor.name}' is given more than once for model '{model.name}'")
+        if tensor.name in given:
+            raise InvalidArgument(f"{prefix}input '{tensor.name}' already exists in request")
+        given[tensor.name] = tensor
+    required = [name for name, spec in model.inputs.items() if not spec.optional]
+    if len(given) < len(required) or len(given) > len(model.inputs):
+        raise _count_error(prefix, model, list(given), required)
+    # Triton walks the inputs last to first, so the last bad input is the one it reports.
+    ordered = list(reversed(request.inputs))
+    for tensor in ordered:
+        if tensor.name not in model.inputs:
+            raise InvalidArgument(f"unexpected inference input '{tensor.name}' for model '{model.name}'")
+    if any(name not in given for name in required):
+        raise _count_error(prefix, model, list(given), required)
+    batched = model.max_batch_size > 0
+    if batched:
+        _check_batch(model, ordered, prefix)
+    result: dict[str, np.ndarray] = {}
+    for tensor in ordered:
+        spec = model.inputs[tensor.name]
         if tensor.datatype != spec.datatype:
             raise InvalidArgument(
                 f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', but model "
                 f"'{model.name}' expects '{spec.datatype}'"
             )
-        shape = tensor.shape
-        if model.max_batch_size > 0:
-            expected = (-1, *spec.dims)
-            if not shape or not _matches(shape[1:], spec.dims):
-                raise _shape_error(prefix, tensor.name, model.name, expected, shape)
-            if shape[0] < 1 or shape[0] > model.max_batch_size:
-                raise InvalidArgument(
-                    f"{prefix}inference request batch-size must be <= {model.max_batch_size} for "
-                    f"'{model.name}'"
-                )
-            if batch_size is None:
-                batch_size = shape[0]
-            elif batch_size != shape[0]:
-                raise InvalidArgument(
-                    f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model.name}'"
-                )
-        elif not _matches(shape, spec.dims):
-            raise _shape_error(prefix, tensor.name, model.name, spec.dims, shape)
-        by_name[tensor.name] = _to_backend_shape(tensor.data, spec, shape, model.max_batch_size > 0)
-    missing = [name for name, spec in model.inputs.items() if name not in by_name and not spec.optional]
-    if missing:
-        given = sorted(by_name)
-        raise InvalidArgument(
-            f"{prefix}expected {len(model.inputs)} inputs but got {len(by_name)} inputs for model "
-            f"'{model.name}'. Got input(s) {given}, but missing required input(s) {missing}. Please "
-            "provide all required input(s)."
-        )
-    return by_name
+        dims = tensor.shape[1:] if batched else tensor.shape
+        if not _matches(dims, spec.dims):
+            expected = ((-1,) if batched else ()) + spec.dims
+            note = _BATCH_NOTE if batched else " "
+            raise InvalidArgument(
+                f"{prefix}unexpected shape for input '{tensor.name}' for model '{model.name}'. Expected "
+                f"{_shape_text(expected)}, got {_shape_text(tensor.shape)}.{note}"
+            )
+        result[tensor.name] = _to_backend_shape(tensor.data, spec, tensor.shape, batched)
+    return result
 
 
-def _shape_error(prefix: str, name: str, model: str, expected: Sequence[int], got: Sequence[int]) -> InvalidArgument:
+def _count_error(prefix: str, model: ModelVersion, given: list[str], required: list[str]) -> InvalidArgument:
+    missing = [name for name in required if name not in given]
     return InvalidArgument(
-        f"{prefix}unexpected shape for input '{name}' for model '{model}'. Expected "
-        f"{_shape_text(expected)}, got {_shape_text(got)}."
+        f"{prefix}expected {len(model.inputs)} inputs but got {len(given)} inputs for model "
+        f"'{model.name}'. Got input(s) {_names(given)}, but missing required input(s) "
+        f"{_names(missing)}. Please provide all required input(s)."
     )
+
+
+def _check_batch(model: ModelVersion, ordered: list[InferTensor], prefix: str) -> None:
+    batch: int | None = None
+    for tensor in ordered:
+        size = tensor.shape[0] if tensor.shape else 0
+        if batch is None:
+            batch = size
+        elif size != batch:
+            raise InvalidArgument(
+                f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model.name}'"
+            )
+    if batch is not None and batch > model.max_batch_size:
+        raise InvalidArgument(
+            f"{prefix}inference request batch-size must be <= {model.max_batch_size} for '{model.name}'"
+        )
+    if batch == 0:
+        raise InvalidArgument(f"{prefix}inference request batch-size must be >= 1 for '{model.name}'")
 
 
 def _to_backend_shape(data: np.ndarray, spec: TensorSpec, shape: Sequence[int], batched: bool) -> np.ndarray:
     if spec.backend_dims is None:
         return data
-    target = ((shape[0],) if batched else ()) + spec.backend_dims
-    return data.reshape(target)
-
-
-def requested_outputs(model: ModelVersion, request: InferRequest) -> list[RequestedOutput]:
-    """The outputs to compute: those asked for (checked), or all of them."""
-    if request.outputs is None:
-        return [RequestedOutput(name) for name in model.output_names]
-    seen: set[str] = set()
-    for output in request.outputs:
-        if output.name not in model.outputs:
-            raise InvalidArgument(f"unexpected inference output '{output.name}' for model '{model.name}'")
-        if output.name in seen:
-            raise InvalidArgument(f"output '{output.name}' is requested more than once for model '{model.name}'")
-        seen.add(output.name)
-        if output.class_count < 0:
-            raise InvalidArgument(f"output '{output.name}': classification count must be positive")
-    return request.outputs
+    return data.reshape(((shape[0],) if batched else ()) + spec.backend_dims)

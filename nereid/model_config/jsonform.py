@@ -53,7 +53,7 @@ def _value(value: Any, field: FieldDescriptor) -> Any:
     if message is not None and message.GetOptions().map_entry:
         value_field = message.fields_by_name["value"]
         return {key: _scalar_or_message(item, value_field) for key, item in value.items()}
-    if field.label == FieldDescriptor.LABEL_REPEATED:
+    if _is_repeated(field):
         return [_scalar_or_message(item, field) for item in value]
     return _scalar_or_message(value, field)
 
@@ -62,3 +62,10 @@ def _scalar_or_message(value: Any, field: FieldDescriptor) -> Any:
     if field.message_type is not None:
         return _normalize(value, field.message_type)
     return int(value) if field.type in _INT64_TYPES else value
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    # protobuf 6 deprecates `label`; older releases lack `is_repeated`.
+    if hasattr(field, "is_repeated"):
+        return bool(field.is_repeated)
+    return field.label == FieldDescriptor.LABEL_REPEATED

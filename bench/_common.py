@@ -1,0 +1,123 @@
+"""Helpers shared by the bench scripts: ports, server start/stop, readiness, installs."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "model_repository"
+
+# The infer request used by every bench: model `simple`, INPUT0 = 0..15, INPUT1 = ones.
+SIMPLE_BODY: dict = {
+    "inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
+    ]
+}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ensure_modules(*pairs: tuple[str, str]) -> None:
+    """pip-install each (module, requirement) whose module cannot be imported."""
+    missing = [req for mod, req in pairs if importlib.util.find_spec(mod) is None]
+    if missing:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], check=True)
+
+
+def apt_install(package: str) -> None:
+    """apt-get install a Debian package, running apt-get update first if the plain install fails."""
+    cmd = ["apt-get", "install", "-y", "-qq", package]
+    if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
+        subprocess.run(["apt-get", "update", "-qq"], stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+
+
+def start(cmd: list[str], name: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a server with its output going to a temporary log file (kept for error reports)."""
+    log = tempfile.NamedTemporaryFile(prefix=f"nereid-bench-{name}-", suffix=".log", delete=False)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc.log_path = log.name  # type: ignore[attr-defined]
+    return proc
+
+
+def start_nereid(port: int, repository: Path = EXAMPLES) -> subprocess.Popen[bytes]:
+    """Start Nereid on `repository` serving HTTP only on 127.0.0.1:port."""
+    return start(
+        [
+            sys.executable,
+            "-m",
+            "nereid",
+            f"--model-repository={repository}",
+            "--http-port",
+            str(port),
+            "--http-address",
+            "127.0.0.1",
+            "--allow-grpc=false",
+            "--allow-metrics=false",
+        ],
+        "nereid",
+    )
+
+
+def log_tail(proc: subprocess.Popen[bytes], lines: int = 20) -> str:
+    path = getattr(proc, "log_path", None)
+    if not path:
+        return ""
+    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """Poll `url` until it answers 200; fail early if the server process exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited ({proc.returncode}) before ready:\n{log_tail(proc)}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready after {timeout:.0f}s:\n{log_tail(proc)}")
+
+
+def stop(proc: subprocess.Popen[bytes] | None) -> None:
+    """Terminate a server started by `start` (kill it if it lingers) and drop its log."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    path = getattr(proc, "log_path", None)
+    if path:
+        Path(path).unlink(missing_ok=True)
+
+
+def require_binary(name: str, package: str) -> str:
+    """Path to `name`, apt-installing `package` first when it is not on PATH."""
+    if shutil.which(name) is None:
+        apt_install(package)
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} not found after installing {package}")
+    return found

@@ -1,0 +1,219 @@
+"""NVIDIA perf_analyzer against Nereid's `simple` model (optionally also against the real Triton)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from _common import ROOT, apt_install, free_port, start, start_nereid, stop, wait_ready
+
+CACHE = Path.home() / ".cache" / "nereid-bench"
+TWIN = ROOT / "tests" / "differential" / "triton_twins" / "simple"
+WHEELS = (
+    ("tritonclient==2.41.0", "manylinux1_x86_64"),
+    ("nvidia-cuda-runtime-cu12==12.6.77", "manylinux2014_x86_64"),
+)
+
+
+def pip_download(requirement: str, platform: str, dest: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--platform",
+            platform,
+            "-d",
+            str(dest),
+            requirement,
+        ],
+        check=True,
+    )
+
+
+def install_perf_analyzer() -> tuple[Path, Path]:
+    """(perf_analyzer binary, folder holding libcudart.so.12), installing them on first use."""
+    home = Path(os.environ.get("NEREID_PERF_ANALYZER_HOME", CACHE / "perf-analyzer")).expanduser()
+    binary, lib = home / "bin" / "perf_analyzer", home / "lib"
+    if not binary.exists() or not (lib / "libcudart.so.12").exists():
+        dl = home / "dl"
+        for folder in (dl, binary.parent, lib):
+            folder.mkdir(parents=True, exist_ok=True)
+        for requirement, platform in WHEELS:
+            pip_download(requirement, platform, dl)
+        for wheel in dl.glob("*.whl"):
+            with zipfile.ZipFile(wheel) as zf:
+                for name in zf.namelist():
+                    if name.endswith("data/bin/perf_analyzer"):
+                        target = binary
+                    elif Path(name).name.startswith("libcudart.so.12"):
+                        target = lib / "libcudart.so.12"
+                    else:
+                        continue
+                    with zf.open(name) as src, open(target, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+        binary.chmod(0o755)
+    ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    if "libb64.so.0d" not in ldconfig:
+        apt_install("libb64-0d")
+    return binary, lib
+
+
+def install_triton() -> tuple[list[str], dict[str, str]]:
+    """(tritonserver command prefix, environment) from nvidia-pytriton in a cached venv."""
+    venv = Path(os.environ.get("NEREID_TRITON_VENV", CACHE / "triton-venv")).expanduser()
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", "import pytriton, numpy"]
+    if not python.exists() or subprocess.run(probe, capture_output=True).returncode != 0:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "nvidia-pytriton==0.7.0", "numpy"], check=True
+        )
+    info = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import site, sys, sysconfig; "
+            "print(site.getsitepackages()[0]); print(sysconfig.get_config_var('LIBDIR')); "
+            "print(f'{sys.version_info[0]}.{sys.version_info[1]}')",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    site, libdir, pyver = Path(info[0]), info[1], info[2]
+    server = site / "pytriton" / "tritonserver"
+    stub = server / "backends" / "python" / "triton_python_backend_stub"
+    if not stub.exists():  # the Python backend looks for its stub beside libtriton_python.so
+        shutil.copy2(server / "python_backend_stubs" / pyver / "triton_python_backend_stub", stub)
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(site / "nvidia_pytriton.libs"), libdir, env.get("LD_LIBRARY_PATH")) if p
+    )
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(site)
+    return [str(server / "bin" / "tritonserver"), f"--backend-directory={server / 'backends'}"], env
+
+
+def start_triton(port: int, repository: Path) -> subprocess.Popen[bytes]:
+    cmd, env = install_triton()
+    return start(
+        [
+            *cmd,
+            f"--model-repository={repository}",
+            "--http-address=127.0.0.1",
+            f"--http-port={port}",
+            "--allow-grpc=false",
+            "--allow-metrics=false",
+        ],
+        "triton",
+        env,
+    )
+
+
+def measure(binary: Path, lib: Path, port: int, args: argparse.Namespace) -> list[dict[str, str]]:
+    """Run perf_analyzer on model `simple` at 127.0.0.1:port; one CSV row per concurrency."""
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib), env.get("LD_LIBRARY_PATH")) if p)
+    with tempfile.TemporaryDirectory(prefix="nereid-bench-") as tmp:
+        csv_path = Path(tmp) / "results.csv"
+        proc = subprocess.run(
+            [
+                str(binary),
+                "-m",
+                "simple",
+                "-u",
+                f"127.0.0.1:{port}",
+                "--concurrency-range",
+                args.concurrency_range,
+                "--measurement-interval",
+                str(args.interval_ms),
+                "--max-trials",
+                str(args.max_trials),
+                "--stability-percentage",
+                str(args.stability),
+                "-f",
+                str(csv_path),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0 or not csv_path.exists():
+            raise RuntimeError(f"perf_analyzer failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        with open(csv_path, newline="") as fh:
+            return sorted(csv.DictReader(fh), key=lambda r: int(r["Concurrency"]))
+
+
+def report(name: str, rows: list[dict[str, str]]) -> None:
+    print(f"{name}:")
+    print(f"  {'conc':>4} {'infer/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    for r in rows:
+        print(
+            f"  {r['Concurrency']:>4} {float(r['Inferences/Second']):>10.1f} "
+            f"{int(r['p50 latency']) / 1000:>8.3f} {int(r['p99 latency']) / 1000:>8.3f}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--triton",
+        action="store_true",
+        help="also measure the real Triton serving a Python-backend twin of `simple`",
+    )
+    parser.add_argument("--concurrency-range", default="1:4:3", help="perf_analyzer start:end:step")
+    parser.add_argument("--interval-ms", type=int, default=2000, help="measurement window")
+    parser.add_argument("--max-trials", type=int, default=5, help="windows tried per concurrency")
+    parser.add_argument(
+        "--stability", type=int, default=100, help="perf_analyzer stability percent (high: 2 noisy cores)"
+    )
+    args = parser.parse_args()
+
+    binary, lib = install_perf_analyzer()
+    results: dict[str, list[dict[str, str]]] = {}
+    server = None
+    try:
+        port = free_port()
+        server = start_nereid(port)
+        wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", server)
+        results["nereid (onnxruntime simple)"] = measure(binary, lib, port, args)
+        stop(server)
+        server = None
+        if args.triton:
+            with tempfile.TemporaryDirectory(prefix="nereid-bench-repo-") as repo:
+                shutil.copytree(TWIN, Path(repo) / "simple")
+                port = free_port()
+                server = start_triton(port, Path(repo))
+                wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", server, timeout=120)
+                results["triton 2.51 (python-backend twin)"] = measure(binary, lib, port, args)
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stop(server)
+
+    for name, rows in results.items():
+        report(name, rows)
+    if args.triton:
+        (_, nrows), (_, trows) = results.items()
+        print("ratio nereid/triton (infer/s):")
+        for n, t in zip(nrows, trows, strict=True):
+            ratio = float(n["Inferences/Second"]) / float(t["Inferences/Second"])
+            print(f"  concurrency {n['Concurrency']}: {ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

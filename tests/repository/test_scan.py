@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from nereid.repository.scan import discover, select_versions, version_folders
+
+
+def test_version_policies() -> None:
+    available = [3, 1, 2, 10]
+    assert select_versions(mc.ModelVersionPolicy(), available) == [10]
+    assert select_versions(mc.ModelVersionPolicy(latest={"num_versions": 2}), available) == [3, 10]
+    assert select_versions(mc.ModelVersionPolicy(all={}), available) == [1, 2, 3, 10]
+    assert select_versions(mc.ModelVersionPolicy(specific={"versions": [2, 7]}), available) == [2, 7]
+
+
+def test_non_numeric_version_folders_are_ignored(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    for name in ("1", "2", "latest", "configs"):
+        (tmp_path / name).mkdir()
+    assert sorted(version_folders(tmp_path)) == [1, 2]
+    assert "ignoring 'latest'" in caplog.text
+    assert "configs" not in caplog.text
+
+
+def test_same_model_in_two_roots_is_marked(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    (a / "m").mkdir(parents=True)
+    (b / "m").mkdir(parents=True)
+    (b / "n").mkdir()
+    found = discover([a, b])
+    assert found["m"].duplicate_of == b / "m"
+    assert found["n"].duplicate_of is None
