@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,6 +20,8 @@ from nereid.frontends.http.codec import (
     error_body,
 )
 from nereid.frontends.http.compression import choose_encoding, compress, decompress
+from nereid.repository import ModelVersion
+from nereid.request_checks import request_prefix
 from nereid.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,7 @@ HTTP_STATUS = {
 
 _JSON = (b"content-type", b"application/json")
 _OCTET = (b"content-type", b"application/octet-stream")
+_TEXT = (b"content-type", b"text/plain")
 _MODEL_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats))?")
 _LATER = re.compile(
     r"/v2/(?:models/stats|repository(?:/[^/]+)?/(?:index|models/[^/]+/(?:load|unload))|trace/setting|logging"
@@ -115,22 +119,24 @@ class HttpFrontend:
                     return _json(200, engine.model_metadata(name, version))
                 if action == "ready":
                     _allow(method, "GET")
-                    return _Response(200 if engine.model_ready(name, version) else 400, b"", [])
+                    if engine.model_ready(name, version):
+                        return _Response(200, b"", [_TEXT])
+                    return _Response(400, error_body("Model version not ready"), [_TEXT])
                 if action == "config":
                     _allow(method, "GET")
                     return _json(200, engine.model_config(name, version))
         if path == "/v2/health/live":
             _allow(method, "GET")
-            return _Response(200 if engine.is_live() else 400, b"", [])
+            return _Response(200 if engine.is_live() else 400, b"", [_TEXT])
         if path == "/v2/health/ready":
             _allow(method, "GET")
-            return _Response(200 if engine.is_ready() else 400, b"", [])
+            return _Response(200 if engine.is_ready() else 400, b"", [_TEXT])
         if path == "/v2":
             _allow(method, "GET")
             return _json(200, engine.server_metadata())
         if _LATER.fullmatch(path) or _MODEL_ROUTE.fullmatch(path):
             return _Response(501, error_body(f"'{path}' belongs to an extension this server does not implement yet"))
-        return _Response(404, error_body("Not Found"))
+        return _Response(404, error_body("Not Found"), [_TEXT])
 
     async def _infer(self, name: str, version: str, headers: dict[str, str], receive: Receive) -> _Response:
         body = await self._read_body(headers, receive)
@@ -193,36 +199,30 @@ def _parse_header_length(value: str) -> int:
         raise InvalidArgument(f"Inference-Header-Content-Length must be an integer, got '{value}'") from None
 
 
-def _raw_input(model: Any, body_size: int) -> tuple[str, str, tuple[int, ...]]:
+def _raw_input(model: ModelVersion, body_size: int) -> tuple[str, str, tuple[int, ...]]:
     """Name, datatype and batch-1 shape of the single input that a header-less body carries."""
+    prefix = request_prefix("")
     if len(model.inputs) != 1:
         raise InvalidArgument(
-            f"raw binary request body is only supported for models with exactly one input; model "
-            f"'{model.name}' has {len(model.inputs)}"
+            f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got {len(model.inputs)} "
+            f"inputs in '{model.name}' model configuration"
         )
     spec = next(iter(model.inputs.values()))
     dims = list(spec.dims)
-    variable = [i for i, d in enumerate(dims) if d == -1]
-    if len(variable) > 1:
-        raise InvalidArgument(
-            f"raw binary request body needs input '{spec.name}' of model '{model.name}' to have at most one "
-            f"variable-size dimension, it has dims {dims}"
-        )
     if spec.datatype == "BYTES":
-        if variable:
-            dims[variable[0]] = 1
-    elif variable:
-        known = 1
-        for d in dims:
-            if d != -1:
-                known *= d
-        item = element_size(spec.datatype) * known
-        if item == 0 or body_size % item:
+        if dims != [1]:
             raise InvalidArgument(
-                f"raw binary request body of {body_size} bytes does not fit input '{spec.name}' of model "
-                f"'{model.name}' (dims {list(spec.dims)}, {spec.datatype})"
+                f"{prefix}For BYTE datatype raw input '{spec.name}', the model must have input shape [1]"
             )
-        dims[variable[0]] = body_size // item
+    elif -1 in dims:
+        # deduce the one variable dimension from the body size
+        known = element_size(spec.datatype) * math.prod(d for d in dims if d != -1)
+        if dims.count(-1) > 1 or body_size % known:
+            raise InvalidArgument(
+                f"{prefix}raw input '{spec.name}' of model '{model.name}' has dims {dims}: a body of "
+                f"{body_size} bytes does not determine its shape"
+            )
+        dims[dims.index(-1)] = body_size // known
     shape = ((1,) if model.max_batch_size > 0 else ()) + tuple(dims)
     return spec.name, spec.datatype, shape
 

@@ -10,6 +10,7 @@ import orjson
 
 from nereid.datatypes import WIRE_DATATYPES, deserialize_bytes, element_size, numpy_dtype, tensor_to_bytes
 from nereid.errors import InvalidArgument, Unsupported
+from nereid.request_checks import request_prefix
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
@@ -59,7 +60,7 @@ def decode_infer_request(
     offset = 0
     inputs: list[InferTensor] = []
     for raw in raw_inputs:
-        tensor, used = _decode_input(raw, view, offset, model_name)
+        tensor, used = _decode_input(raw, view, offset, model_name, request_prefix(request_id))
         offset += used
         inputs.append(tensor)
     if offset != len(binary):
@@ -71,7 +72,8 @@ def decode_infer_request(
 def decode_raw_binary_request(body: bytes, model_name: str, model_version: str, input_name: str,
                               datatype: str, shape: tuple[int, ...]) -> InferRequest:
     """The header-less form: the whole body is the one input of the model (batch 1)."""
-    data = _from_binary(memoryview(body), datatype, shape, input_name, model_name)
+    # Triton calls the tensor 'raw_input' in errors until it is matched to the model's input.
+    data = _from_binary(memoryview(body), datatype, shape, "raw_input", model_name, request_prefix(""))
     tensor = InferTensor(input_name, datatype, shape, data)
     return InferRequest(model_name, model_version, [tensor], None, "", {"binary_data_output": True})
 
@@ -107,7 +109,9 @@ def _member(raw: dict[str, Any], key: str, kind: type, kind_text: str) -> Any:
     return value
 
 
-def _decode_input(raw: Any, binary: memoryview, offset: int, model_name: str) -> tuple[InferTensor, int]:
+def _decode_input(
+    raw: Any, binary: memoryview, offset: int, model_name: str, prefix: str
+) -> tuple[InferTensor, int]:
     if not isinstance(raw, dict):
         raise InvalidArgument(f"{_ONE_SOURCE}no field is set (each element of 'inputs' must be an object)")
     name = _member(raw, "name", str, "string")
@@ -135,7 +139,7 @@ def _decode_input(raw: Any, binary: memoryview, offset: int, model_name: str) ->
                 f"unexpected size for input '{name}', expecting {offset + size - len(binary)} additional bytes "
                 f"for model '{model_name}'"
             )
-        data = _from_binary(binary[offset : offset + size], datatype, shape, name, model_name)
+        data = _from_binary(binary[offset : offset + size], datatype, shape, name, model_name, prefix)
         return InferTensor(name, datatype, shape, data, parameters), size
     data = _from_json(raw["data"], datatype, shape, count, name)
     return InferTensor(name, datatype, shape, data, parameters), 0
@@ -162,7 +166,7 @@ def _shape(dims: list[Any], name: str) -> tuple[tuple[int, ...], int]:
 
 
 def _from_binary(
-    buffer: memoryview, datatype: str, shape: tuple[int, ...], name: str, model_name: str
+    buffer: memoryview, datatype: str, shape: tuple[int, ...], name: str, model_name: str, prefix: str
 ) -> np.ndarray:
     count = math.prod(shape)
     if datatype == "BYTES":
@@ -170,7 +174,7 @@ def _from_binary(
     expected = count * element_size(datatype)
     if len(buffer) != expected:
         raise InvalidArgument(
-            f"input byte size mismatch for input '{name}' for model '{model_name}'. Expected {expected}, "
+            f"{prefix}input byte size mismatch for input '{name}' for model '{model_name}'. Expected {expected}, "
             f"got {len(buffer)}"
         )
     # zero copy: the array is a view on the request body
@@ -292,7 +296,9 @@ def _decode_outputs(raw: Any) -> list[RequestedOutput] | None:
 
 def encode_infer_response(response: InferResponse, request: InferRequest) -> tuple[bytes, int | None]:
     """The response body and, when binary tensors follow the JSON, the JSON header's length."""
-    default_binary = request.parameters.get("binary_data_output", False) is True
+    # `binary_data_output` only applies when the request lists no outputs; a listed output is JSON
+    # unless it asks for binary itself (as Triton does).
+    default_binary = not request.outputs and request.parameters.get("binary_data_output", False) is True
     binary_by_name = {o.name: o.binary for o in request.outputs or ()}
     outputs: list[dict[str, Any]] = []
     blobs: list[bytes] = []
