@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 
@@ -71,11 +70,15 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
         access_log=False,
         log_level="warning",
         timeout_graceful_shutdown=settings.exit_timeout_secs,
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
     )
     server = uvicorn.Server(config)
     log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
     try:
-        asyncio.run(server.serve())
+        # Server.run installs the configured event loop (uvloop); asyncio.run would not.
+        server.run()
     finally:
         engine.shutdown()
     return 0 if server.started else 1

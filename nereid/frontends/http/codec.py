@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from nereid.datatypes import WIRE_DATATYPES, deserialize_bytes, element_size, numpy_dtype, tensor_to_bytes
+from nereid.datatypes import (
+    WIRE_DATATYPES,
+    deserialize_bytes,
+    element_size,
+    numpy_dtype,
+    tensor_to_bytes,
+)
 from nereid.errors import InvalidArgument, Unsupported
 from nereid.request_checks import request_prefix
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
@@ -209,7 +215,8 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
             raise _type_error(name, datatype, parsed)
     elif dtype.kind in "iu":
         if kind not in _INT_KINDS:
-            raise _type_error(name, datatype, parsed)
+            # numpy infers float64 (or object) when UINT64 values above INT64's range meet others
+            return _wide_ints(data, datatype, shape, name, parsed)
         if parsed.dtype != dtype:
             low, high = _INT_BOUNDS[dtype]
             # Python's min/max beat two numpy reductions on the small flat lists JSON requests carry.
@@ -219,6 +226,16 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
     elif kind not in _FLOAT_KINDS:
         raise _type_error(name, datatype, parsed)
     return parsed.astype(dtype, copy=False).reshape(shape)
+
+
+def _wide_ints(data: list[Any], datatype: str, shape: tuple[int, ...], name: str, parsed: np.ndarray) -> np.ndarray:
+    flat = _flatten(data)
+    if not all(type(x) is int for x in flat):
+        raise _type_error(name, datatype, parsed)
+    try:
+        return np.array(flat, dtype=numpy_dtype(datatype)).reshape(shape)
+    except OverflowError:
+        raise InvalidArgument(f"input '{name}': a value is out of range for {datatype}") from None
 
 
 def _bytes_from_json(data: list[Any], shape: tuple[int, ...], count: int, name: str) -> np.ndarray:
