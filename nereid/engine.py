@@ -80,15 +80,13 @@ def _output_tensor(model: ModelVersion, requested: RequestedOutput, results: dic
         raise InternalError(f"model '{model.name}' did not produce output '{requested.name}'")
     batched = model.max_batch_size > 0
     if spec.backend_dims is not None:
-        array = array.reshape(((array.shape[0],) if batched else ()) + tuple(spec.dims))
+        array = array.reshape(((array.shape[0],) if batched else ()) + spec.dims)
     if requested.class_count > 0:
         array = classify(array, requested.class_count, spec.labels, batched, requested.name)
-        datatype = "BYTES"
-    else:
-        datatype = spec.datatype
-        if wire_datatype(array.dtype) != datatype:
-            raise InternalError(
-                f"model '{model.name}' produced {wire_datatype(array.dtype)} for output '{requested.name}', "
-                f"its configuration says {datatype}"
-            )
-    return InferTensor(requested.name, datatype, tuple(array.shape), array, {})
+        return InferTensor(requested.name, "BYTES", array.shape, array)
+    if array.dtype != spec.numpy_dtype:
+        raise InternalError(
+            f"model '{model.name}' produced {wire_datatype(array.dtype)} for output '{requested.name}', "
+            f"its configuration says {spec.datatype}"
+        )
+    return InferTensor(requested.name, spec.datatype, array.shape, array)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nereid.errors import InvalidArgument
-from nereid.repository.model import ModelVersion, TensorSpec
+from nereid.repository.model import ModelVersion
 from nereid.types import InferRequest, InferTensor, RequestedOutput
 
 _BATCH_NOTE = (
@@ -52,46 +52,54 @@ def requested_outputs(model: ModelVersion, request: InferRequest) -> list[Reques
 
 def backend_inputs(model: ModelVersion, request: InferRequest) -> dict[str, np.ndarray]:
     """Inputs keyed by name, reshaped to what the backend expects; raises on any mismatch."""
-    prefix = request_prefix(request.id)
-    given: dict[str, InferTensor] = {}
-    for tensor in request.inputs:
-        if tensor.name in given:
-            raise InvalidArgument(f"{prefix}input '{tensor.name}' already exists in request")
-        given[tensor.name] = tensor
-    required = [name for name, spec in model.inputs.items() if not spec.optional]
-    if len(given) < len(required) or len(given) > len(model.inputs):
-        raise _count_error(prefix, model, list(given), required)
+    specs = model.inputs
+    tensors = request.inputs
+    given = {tensor.name: tensor for tensor in tensors}
+    if len(given) != len(tensors):
+        seen: set[str] = set()
+        for tensor in tensors:
+            if tensor.name in seen:
+                raise InvalidArgument(f"{request_prefix(request.id)}input '{tensor.name}' already exists in request")
+            seen.add(tensor.name)
+    required = model.required_inputs
+    if len(given) < len(required) or len(given) > len(specs):
+        raise _count_error(request_prefix(request.id), model, list(given), required)
     # Triton walks the inputs last to first, so the last bad input is the one it reports.
-    ordered = list(reversed(request.inputs))
+    ordered = tensors[::-1]
     for tensor in ordered:
-        if tensor.name not in model.inputs:
+        if tensor.name not in specs:
             raise InvalidArgument(f"unexpected inference input '{tensor.name}' for model '{model.name}'")
-    if any(name not in given for name in required):
-        raise _count_error(prefix, model, list(given), required)
+    if len(given) != len(specs) and any(name not in given for name in required):
+        raise _count_error(request_prefix(request.id), model, list(given), required)
     batched = model.max_batch_size > 0
     if batched:
-        _check_batch(model, ordered, prefix)
+        _check_batch(model, ordered, request)
     result: dict[str, np.ndarray] = {}
     for tensor in ordered:
-        spec = model.inputs[tensor.name]
+        spec = specs[tensor.name]
         if tensor.datatype != spec.datatype:
             raise InvalidArgument(
-                f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', but model "
-                f"'{model.name}' expects '{spec.datatype}'"
+                f"{request_prefix(request.id)}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                f"but model '{model.name}' expects '{spec.datatype}'"
             )
         dims = tensor.shape[1:] if batched else tensor.shape
-        if not _matches(dims, spec.dims):
+        if dims != spec.dims and not _matches(dims, spec.dims):
             expected = ((-1,) if batched else ()) + spec.dims
             note = _BATCH_NOTE if batched else " "
             raise InvalidArgument(
-                f"{prefix}unexpected shape for input '{tensor.name}' for model '{model.name}'. Expected "
-                f"{_shape_text(expected)}, got {_shape_text(tensor.shape)}.{note}"
+                f"{request_prefix(request.id)}unexpected shape for input '{tensor.name}' for model "
+                f"'{model.name}'. Expected {_shape_text(expected)}, got {_shape_text(tensor.shape)}.{note}"
             )
-        result[tensor.name] = _to_backend_shape(tensor.data, spec, tensor.shape, batched)
+        data = tensor.data
+        if spec.backend_dims is not None:
+            data = data.reshape(((tensor.shape[0],) if batched else ()) + spec.backend_dims)
+        result[tensor.name] = data
     return result
 
 
-def _count_error(prefix: str, model: ModelVersion, given: list[str], required: list[str]) -> InvalidArgument:
+def _count_error(
+    prefix: str, model: ModelVersion, given: list[str], required: Sequence[str]
+) -> InvalidArgument:
     missing = [name for name in required if name not in given]
     return InvalidArgument(
         f"{prefix}expected {len(model.inputs)} inputs but got {len(given)} inputs for model "
@@ -100,25 +108,20 @@ def _count_error(prefix: str, model: ModelVersion, given: list[str], required: l
     )
 
 
-def _check_batch(model: ModelVersion, ordered: list[InferTensor], prefix: str) -> None:
-    batch: int | None = None
+def _check_batch(model: ModelVersion, ordered: list[InferTensor], request: InferRequest) -> None:
+    batch = ordered[0].shape[0] if ordered and ordered[0].shape else 0
     for tensor in ordered:
-        size = tensor.shape[0] if tensor.shape else 0
-        if batch is None:
-            batch = size
-        elif size != batch:
+        if (tensor.shape[0] if tensor.shape else 0) != batch:
             raise InvalidArgument(
-                f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model.name}'"
+                f"{request_prefix(request.id)}input '{tensor.name}' batch size does not match other inputs "
+                f"for '{model.name}'"
             )
-    if batch is not None and batch > model.max_batch_size:
+    if batch > model.max_batch_size:
         raise InvalidArgument(
-            f"{prefix}inference request batch-size must be <= {model.max_batch_size} for '{model.name}'"
+            f"{request_prefix(request.id)}inference request batch-size must be <= {model.max_batch_size} for "
+            f"'{model.name}'"
         )
-    if batch == 0:
-        raise InvalidArgument(f"{prefix}inference request batch-size must be >= 1 for '{model.name}'")
-
-
-def _to_backend_shape(data: np.ndarray, spec: TensorSpec, shape: Sequence[int], batched: bool) -> np.ndarray:
-    if spec.backend_dims is None:
-        return data
-    return data.reshape(((shape[0],) if batched else ()) + spec.backend_dims)
+    if batch == 0 and ordered:
+        raise InvalidArgument(
+            f"{request_prefix(request.id)}inference request batch-size must be >= 1 for '{model.name}'"
+        )

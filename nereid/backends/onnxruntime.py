@@ -77,6 +77,9 @@ class OnnxRuntimeInstance:
     def __init__(self, spec: InstanceSpec, gpu_available: bool) -> None:
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        # ORT's intra-op threads spin between runs by default, burning the CPU that other instances and
+        # the HTTP loop need; servers run many short inferences, so they wait instead.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         parameters = {k: v.string_value for k, v in spec.config.parameters.items()}
         for key, option in _THREAD_PARAMETERS.items():
             if key in parameters:

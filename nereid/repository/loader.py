@@ -175,4 +175,5 @@ def _load_version(
         outputs=tensor_specs(config.output, labels),
         scheduler=DefaultScheduler(f"'{source.name}' version {version}", instances),
         output_names=tuple(o.name for o in config.output),
+        required_inputs=tuple(i.name for i in config.input if not i.optional),
     )

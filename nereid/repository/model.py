@@ -7,7 +7,9 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from nereid.datatypes import config_to_wire
+import numpy as np
+
+from nereid.datatypes import config_to_wire, numpy_dtype
 from nereid.scheduling import DefaultScheduler
 
 
@@ -22,6 +24,10 @@ class TensorSpec:
     optional: bool = False
     labels: tuple[str, ...] = ()
 
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return numpy_dtype(self.datatype)
+
 
 @dataclass
 class ModelVersion:
@@ -34,6 +40,7 @@ class ModelVersion:
     outputs: dict[str, TensorSpec]
     scheduler: DefaultScheduler
     output_names: tuple[str, ...] = field(default=())
+    required_inputs: tuple[str, ...] = field(default=())
 
     @property
     def max_batch_size(self) -> int:
