@@ -107,7 +107,7 @@ class HttpFrontend:
 
     async def _route(self, method: str, path: str, headers: dict[str, str], receive: Receive) -> _Response:
         engine = self._engine
-        if path.startswith("/v2/models/"):
+        if path.startswith("/v2/models/") and path != "/v2/models/stats":
             match = _MODEL_ROUTE.fullmatch(path)
             if match is not None:
                 name, version, action = match.group(1), match.group(2) or "", match.group(3)

@@ -1,0 +1,116 @@
+"""Loading models from folders: auto-complete, version policies, failures kept per model."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nereid.errors import NotFound, Unavailable
+from nereid.repository import ModelManager
+from nereid.settings import ServerSettings
+from tests.conftest import EXAMPLES
+
+SIMPLE_ONNX = EXAMPLES / "simple" / "1" / "model.onnx"
+
+
+def _manager(*roots: Path, **settings: object) -> ModelManager:
+    manager = ModelManager(ServerSettings(model_repositories=roots, **settings))  # type: ignore[arg-type]
+    manager.load_all()
+    return manager
+
+
+def _model(root: Path, name: str, versions: tuple[int, ...] = (1,), config: str | None = None) -> Path:
+    for version in versions:
+        (root / name / str(version)).mkdir(parents=True)
+        shutil.copy(SIMPLE_ONNX, root / name / str(version) / "model.onnx")
+    if config is not None:
+        (root / name / "config.pbtxt").write_text(config)
+    return root / name
+
+
+def test_a_model_without_config_is_auto_completed(tmp_path: Path) -> None:
+    _model(tmp_path, "bare")
+    manager = _manager(tmp_path)
+    try:
+        config = manager.get("bare").config_json
+        assert config["backend"] == "onnxruntime" and config["platform"] == "onnxruntime_onnx"
+        assert config["max_batch_size"] == 4  # the default-max-batch-size
+        assert [i["name"] for i in config["input"]] == ["INPUT0", "INPUT1"]
+        assert config["input"][0]["dims"] == [16] and config["input"][0]["data_type"] == "TYPE_INT32"
+        assert "dynamic_batching" in config
+    finally:
+        manager.stop()
+
+
+def test_auto_complete_can_be_disabled(tmp_path: Path) -> None:
+    _model(tmp_path, "bare")
+    manager = _manager(tmp_path, auto_complete_config=False)
+    try:
+        with pytest.raises(Unavailable, match="no available versions"):
+            manager.get("bare")
+        (row,) = manager.index()
+        assert row["state"] == "UNAVAILABLE" and "no inputs or outputs" in row["reason"]
+    finally:
+        manager.stop()
+
+
+def test_version_policies_choose_what_loads(tmp_path: Path) -> None:
+    _model(tmp_path, "latest", (1, 2, 3), 'platform: "onnxruntime_onnx"')
+    _model(tmp_path, "all", (1, 2), 'platform: "onnxruntime_onnx" version_policy { all {} }')
+    _model(tmp_path, "specific", (1, 2, 3), 'platform: "onnxruntime_onnx" version_policy { specific { versions: [1, 3] } }')
+    manager = _manager(tmp_path)
+    try:
+        assert manager.get("latest").version == 3
+        with pytest.raises(NotFound, match="version 2 is not found"):
+            manager.get("latest", "2")
+        assert manager.get("all", "1").version == 1 and manager.get("all").version == 2
+        assert manager.get("specific", "1").metadata["versions"] == ["1", "3"]
+    finally:
+        manager.stop()
+
+
+def test_a_broken_model_does_not_stop_the_others(tmp_path: Path) -> None:
+    _model(tmp_path, "good", config='platform: "onnxruntime_onnx"')
+    _model(tmp_path, "wrong_type", config=(
+        'platform: "onnxruntime_onnx" max_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [16] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [16] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [16] } ]'
+    ))
+    _model(tmp_path, "other_backend", config='backend: "tensorflow"')
+    (tmp_path / "empty_versions").mkdir()
+    (tmp_path / "empty_versions" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"')
+    manager = _manager(tmp_path)
+    try:
+        assert manager.get("good").version == 1
+        reasons = {row["name"]: row["reason"] for row in manager.index() if row["state"] == "UNAVAILABLE"}
+        assert "TYPE_FP32 in the configuration but tensor(int32) in the model" in reasons["wrong_type"]
+        assert "backend 'tensorflow' is not supported" in reasons["other_backend"]
+        assert "empty_versions" in reasons
+        assert not manager.all_ready()
+    finally:
+        manager.stop()
+
+
+def test_backend_named_by_folder_suffix(tmp_path: Path) -> None:
+    _model(tmp_path, "adder.onnxruntime")
+    manager = _manager(tmp_path)
+    try:
+        assert manager.get("adder.onnxruntime").config.backend == "onnxruntime"
+    finally:
+        manager.stop()
+
+
+def test_a_name_in_two_repositories_fails_only_that_model(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    _model(first, "twice", config='platform: "onnxruntime_onnx"')
+    _model(second, "twice", config='platform: "onnxruntime_onnx"')
+    _model(second, "once", config='platform: "onnxruntime_onnx"')
+    manager = _manager(first, second)
+    try:
+        assert manager.get("once").version == 1
+        with pytest.raises(Unavailable):
+            manager.get("twice")
+    finally:
+        manager.stop()
