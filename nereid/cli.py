@@ -71,8 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a Triton model repository over Triton's HTTP/REST protocol.",
         allow_abbrev=False,
     )
-    p.add_argument("--model-repository", "--model-store", action="append", required=True, metavar="DIR",
-                   help="model repository folder (repeatable)")
+    p.add_argument(
+        "--model-repository",
+        "--model-store",
+        action="append",
+        required=True,
+        metavar="DIR",
+        help="model repository folder (repeatable)",
+    )
     p.add_argument("--id", default="triton", help="server identifier reported by server metadata")
     p.add_argument("--allow-http", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--http-address", default="0.0.0.0")
@@ -88,8 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-model", action="append", default=[], metavar="NAME")
     p.add_argument("--model-config-name", default="")
     p.add_argument("--disable-auto-complete-config", action="store_true")
-    p.add_argument("--strict-model-config", type=_bool, default=None, metavar="BOOL",
-                   help="deprecated: true is the same as --disable-auto-complete-config")
+    p.add_argument(
+        "--strict-model-config",
+        type=_bool,
+        default=None,
+        metavar="BOOL",
+        help="deprecated: true is the same as --disable-auto-complete-config",
+    )
     p.add_argument("--backend-config", action="append", default=[], metavar="[BACKEND,]KEY=VALUE")
     p.add_argument("--model-load-thread-count", type=int, default=4)
     p.add_argument("--strict-readiness", type=_bool, default=True, metavar="BOOL")

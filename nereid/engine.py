@@ -40,7 +40,11 @@ class Engine:
         return self.models.all_ready() if self._settings.strict_readiness else True
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": self._settings.server_id, "version": TRITON_PROTOCOL_VERSION, "extensions": list(EXTENSIONS)}
+        return {
+            "name": self._settings.server_id,
+            "version": TRITON_PROTOCOL_VERSION,
+            "extensions": list(EXTENSIONS),
+        }
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         return self.models.get(name, version).metadata
@@ -73,7 +77,9 @@ class Engine:
         self.models.stop()
 
 
-def _output_tensor(model: ModelVersion, requested: RequestedOutput, results: dict[str, np.ndarray]) -> InferTensor:
+def _output_tensor(
+    model: ModelVersion, requested: RequestedOutput, results: dict[str, np.ndarray]
+) -> InferTensor:
     spec = model.outputs[requested.name]
     array = results.get(requested.name)
     if array is None:

@@ -35,7 +35,7 @@ def _names(names: Sequence[str]) -> str:
 
 
 def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
-    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims))
+    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=False))
 
 
 def requested_outputs(model: ModelVersion, request: InferRequest) -> list[RequestedOutput]:
@@ -59,7 +59,9 @@ def backend_inputs(model: ModelVersion, request: InferRequest) -> dict[str, np.n
         seen: set[str] = set()
         for tensor in tensors:
             if tensor.name in seen:
-                raise InvalidArgument(f"{request_prefix(request.id)}input '{tensor.name}' already exists in request")
+                raise InvalidArgument(
+                    f"{request_prefix(request.id)}input '{tensor.name}' already exists in request"
+                )
             seen.add(tensor.name)
     required = model.required_inputs
     if len(given) < len(required) or len(given) > len(specs):

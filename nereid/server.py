@@ -29,7 +29,7 @@ def model_table(engine: Engine) -> str:
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
 
     def fmt(row: tuple[str, str, str]) -> str:
-        return "| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |"
+        return "| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + " |"
 
     return "\n".join([line, fmt(header), line, *(fmt(r) for r in rows), line])
 

@@ -18,7 +18,9 @@ class AsgiResponse:
         return orjson.loads(self.body)
 
 
-async def call(app: Any, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None) -> AsgiResponse:
+async def call(
+    app: Any, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+) -> AsgiResponse:
     sent_headers = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     if body and "content-length" not in (headers or {}):
         sent_headers.append((b"content-length", str(len(body)).encode()))

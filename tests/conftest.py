@@ -60,11 +60,20 @@ def wait_ready(url: str, process: subprocess.Popen[bytes] | None, timeout: float
 def start_nereid(repository: Path, log_path: Path, *extra: str) -> RunningServer:
     port = free_port()
     command = [
-        sys.executable, "-m", "nereid", f"--model-repository={repository}", f"--http-port={port}",
-        "--http-address=127.0.0.1", "--allow-grpc=false", "--allow-metrics=false", *extra,
+        sys.executable,
+        "-m",
+        "nereid",
+        f"--model-repository={repository}",
+        f"--http-port={port}",
+        "--http-address=127.0.0.1",
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        *extra,
     ]
     log = log_path.open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
     server = RunningServer(process, port, log_path)
     try:
         wait_ready(server.url, process)

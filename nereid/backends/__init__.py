@@ -18,15 +18,19 @@ PLATFORM_BACKENDS = {
     "tensorflow_graphdef": "tensorflow",
     "tensorrt_plan": "tensorrt",
 }
-BACKEND_PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "tensorrt": "tensorrt_plan"}
+BACKEND_PLATFORMS = {
+    "onnxruntime": "onnxruntime_onnx",
+    "pytorch": "pytorch_libtorch",
+    "tensorrt": "tensorrt_plan",
+}
 
 # backend -> (module, the pip extra that provides it)
 _MODULES = {
     "onnxruntime": ("nereid.backends.onnxruntime", "onnx"),
 }
 
-# Files whose presence in a version folder identifies the backend when the config names none.
-_DETECT = {"model.onnx": "onnxruntime", "model.py": "python", "model.pt": "pytorch", "model.plan": "tensorrt"}
+# Model file suffixes that identify the backend when the config names none.
+_DETECT = {".onnx": "onnxruntime", ".py": "python", ".pt": "pytorch", ".plan": "tensorrt"}
 
 _loaded: dict[str, Backend] = {}
 
@@ -41,15 +45,17 @@ def backend_name(config: mc.ModelConfig, model_dir: Path, version_dirs: list[Pat
         raise Unsupported(f"unexpected platform type '{config.platform}' for model '{config.name}'")
     if "." in model_dir.name:
         return model_dir.name.rsplit(".", 1)[1]
+    names = (
+        [config.default_model_filename] if config.default_model_filename else [f"model{s}" for s in _DETECT]
+    )
     for version_dir in version_dirs:
-        for filename, backend in _DETECT.items():
-            if (version_dir / (config.default_model_filename or filename)).exists() and (
-                not config.default_model_filename or filename.endswith(Path(config.default_model_filename).suffix)
-            ):
+        for name in names:
+            backend = _DETECT.get(Path(name).suffix)
+            if backend is not None and (version_dir / name).exists():
                 return backend
     raise ModelConfigError(
         f"model '{model_dir.name}': the configuration names no 'platform' or 'backend', and no known "
-        f"model file ({', '.join(_DETECT)}) was found to pick one"
+        f"model file ({', '.join(names)}) was found to pick one"
     )
 
 

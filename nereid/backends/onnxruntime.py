@@ -102,7 +102,10 @@ class OnnxRuntimeInstance:
                     f"instance '{spec.instance_name}' of model '{spec.model_name}' asks for KIND_GPU, "
                     "but ONNX Runtime has no CUDA execution provider here (install onnxruntime-gpu on a GPU host)"
                 )
-            providers: list = [("CUDAExecutionProvider", {"device_id": spec.device_id}), "CPUExecutionProvider"]
+            providers: list = [
+                ("CUDAExecutionProvider", {"device_id": spec.device_id}),
+                "CPUExecutionProvider",
+            ]
         else:
             providers = ["CPUExecutionProvider"]
         try:
@@ -114,13 +117,17 @@ class OnnxRuntimeInstance:
         self._model_name = spec.model_name
 
     def execute(self, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
-        feed = {name: _to_ort_strings(name, a) if name in self._string_inputs else a for name, a in inputs.items()}
+        feed = {
+            name: _to_ort_strings(name, a) if name in self._string_inputs else a for name, a in inputs.items()
+        }
         try:
             results = self._session.run(list(outputs), feed)
         except Exception as exc:  # ORT's RuntimeException & co carry the useful text
-            raise InternalError(f"onnx runtime error while running model '{self._model_name}': {exc}") from None
+            raise InternalError(
+                f"onnx runtime error while running model '{self._model_name}': {exc}"
+            ) from None
         out: dict[str, np.ndarray] = {}
-        for name, value in zip(outputs, results):
+        for name, value in zip(outputs, results, strict=False):
             out[name] = _from_ort_strings(value) if name in self._string_outputs else value
         return out
 
@@ -188,10 +195,7 @@ def _check_against_model(kind, tensors, model_tensors, config: mc.ModelConfig, r
             )
         _check_dims(kind, tensor, model_tensor.shape, config)
     if require_all:
-        missing = [
-            name for name in by_name
-            if name not in {t.name for t in tensors}
-        ]
+        missing = [name for name in by_name if name not in {t.name for t in tensors}]
         if missing:
             raise ModelConfigError(
                 f"model '{config.name}': the configuration does not list model {kind}s {missing}"
@@ -209,9 +213,7 @@ def _check_dims(kind: str, tensor, model_shape: list, config: mc.ModelConfig) ->
                 "batch dimension"
             )
         shape = shape[1:]
-    if len(dims) != len(shape) or any(
-        not _is_variable(m) and d != m for d, m in zip(dims, shape)
-    ):
+    if len(dims) != len(shape) or any(not _is_variable(m) and d != m for d, m in zip(dims, shape, strict=False)):
         raise ModelConfigError(
             f"model '{config.name}': {kind} '{tensor.name}' has dims {dims} in the configuration "
             f"(after the batch dimension) but the model expects {[m if isinstance(m, int) else -1 for m in shape]}"
@@ -221,10 +223,14 @@ def _check_dims(kind: str, tensor, model_shape: list, config: mc.ModelConfig) ->
 def _to_ort_strings(name: str, array: np.ndarray) -> np.ndarray:
     """ONNX Runtime wants str elements; BYTES tensors carry bytes."""
     try:
-        return np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else str(b), otypes=[object])(array)
+        return np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else str(b), otypes=[object])(
+            array
+        )
     except UnicodeDecodeError:
         raise InvalidArgument(f"input '{name}': ONNX Runtime string tensors must hold UTF-8 text") from None
 
 
 def _from_ort_strings(array: np.ndarray) -> np.ndarray:
-    return np.vectorize(lambda s: s.encode("utf-8") if isinstance(s, str) else bytes(s), otypes=[object])(array)
+    return np.vectorize(lambda s: s.encode("utf-8") if isinstance(s, str) else bytes(s), otypes=[object])(
+        array
+    )

@@ -52,7 +52,9 @@ def load_model(source: ModelSource, settings: ServerSettings) -> LoadResult:
             result.failures[version] = f"version {version} of model '{source.name}' has no folder"
             continue
         try:
-            result.versions[version] = _load_version(source, config, config_json, backend, folders, version, labels)
+            result.versions[version] = _load_version(
+                source, config, config_json, backend, folders, version, labels
+            )
         except NereidError as exc:
             result.failures[version] = exc.message
         except Exception as exc:  # a backend failing in an unforeseen way fails this version only
@@ -64,7 +66,9 @@ def load_model(source: ModelSource, settings: ServerSettings) -> LoadResult:
     return result
 
 
-def _complete_config(source: ModelSource, settings: ServerSettings) -> tuple[mc.ModelConfig, Backend, dict[int, Path]]:
+def _complete_config(
+    source: ModelSource, settings: ServerSettings
+) -> tuple[mc.ModelConfig, Backend, dict[int, Path]]:
     config, config_source = read_config(source.path, settings.model_config_name)
     if not config.name:
         config.name = source.name
@@ -100,7 +104,9 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
         if not group.name:
             group.name = f"{config.name}_{index}" if len(config.instance_group) > 1 else config.name
         if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
-            group.kind = mc.ModelInstanceGroup.KIND_GPU if backend.gpu_available() else mc.ModelInstanceGroup.KIND_CPU
+            group.kind = (
+                mc.ModelInstanceGroup.KIND_GPU if backend.gpu_available() else mc.ModelInstanceGroup.KIND_CPU
+            )
         if group.count == 0:
             group.count = 1
     optimization = config.optimization
@@ -156,7 +162,9 @@ def _load_version(
                         model_dir=source.path,
                         version_dir=version_dir,
                         model_file=model_file,
-                        instance_name=f"{group.name}_{index}" if kind != "GPU" else f"{group.name}_{index}_gpu{device_id}",
+                        instance_name=f"{group.name}_{index}"
+                        if kind != "GPU"
+                        else f"{group.name}_{index}_gpu{device_id}",
                         kind=kind,
                         device_id=device_id,
                     )

@@ -40,7 +40,6 @@ class ModelManager:
 
     def load_all(self) -> None:
         """Load every model of every repository (model control mode 'none')."""
-        sources = {}
         for root in self._settings.model_repositories:
             if not root.is_dir():
                 raise NotFound(f"model repository '{root}' does not exist or is not a folder")
@@ -67,7 +66,9 @@ class ModelManager:
             try:
                 number = int(version)
             except ValueError:
-                raise NotFound(f"Request for unknown model: '{name}' version {version} is not found") from None
+                raise NotFound(
+                    f"Request for unknown model: '{name}' version {version} is not found"
+                ) from None
             model = entry.versions.get(number)
             if model is None:
                 if number in entry.failures:
@@ -96,7 +97,9 @@ class ModelManager:
         for name in sorted(self._models):
             entry = self._models[name]
             for version in sorted(entry.versions):
-                rows.append({"name": name, "version": str(version), "state": ModelState.READY.value, "reason": ""})
+                rows.append(
+                    {"name": name, "version": str(version), "state": ModelState.READY.value, "reason": ""}
+                )
             if ready_only:
                 continue
             for failed_version, reason in sorted(entry.failures.items(), key=lambda kv: kv[0] or 0):

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tritonclient.grpc import model_config_pb2 as mc
-
 import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.datatypes import config_to_wire, numpy_dtype
 from nereid.scheduling import DefaultScheduler

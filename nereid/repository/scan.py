@@ -43,7 +43,9 @@ def version_folders(model_dir: Path) -> dict[int, Path]:
         if entry.name.isdigit():
             versions[int(entry.name)] = entry
         else:
-            log.warning("ignoring '%s' in model '%s': version folders must be numeric", entry.name, model_dir.name)
+            log.warning(
+                "ignoring '%s' in model '%s': version folders must be numeric", entry.name, model_dir.name
+            )
     return versions
 
 

@@ -125,7 +125,7 @@ def _same_shape(triton: Any, nereid: Any, path: str, ignore: set[str]) -> None:
             _same_shape(triton[key], nereid[key], f"{path}.{key}", ignore)
     elif isinstance(triton, list):
         assert isinstance(nereid, list) and len(nereid) == len(triton), f"{path}: {triton!r} vs {nereid!r}"
-        for i, (a, b) in enumerate(zip(triton, nereid)):
+        for i, (a, b) in enumerate(zip(triton, nereid, strict=False)):
             _same_shape(a, b, f"{path}[{i}]", ignore)
     elif isinstance(triton, bool) or isinstance(triton, str):
         assert triton == nereid, f"{path}: Triton {triton!r}, Nereid {nereid!r}"

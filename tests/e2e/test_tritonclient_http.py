@@ -13,10 +13,15 @@ from tritonclient.utils import InferenceServerException
 from tests.conftest import RunningServer
 
 
-def _int_inputs(dtype: type, datatype: str, binary: bool) -> tuple[list[httpclient.InferInput], np.ndarray, np.ndarray]:
+def _int_inputs(
+    dtype: type, datatype: str, binary: bool
+) -> tuple[list[httpclient.InferInput], np.ndarray, np.ndarray]:
     a = np.arange(16, dtype=dtype).reshape(1, 16)
     b = np.ones((1, 16), dtype=dtype)
-    inputs = [httpclient.InferInput("INPUT0", [1, 16], datatype), httpclient.InferInput("INPUT1", [1, 16], datatype)]
+    inputs = [
+        httpclient.InferInput("INPUT0", [1, 16], datatype),
+        httpclient.InferInput("INPUT1", [1, 16], datatype),
+    ]
     inputs[0].set_data_from_numpy(a, binary_data=binary)
     inputs[1].set_data_from_numpy(b, binary_data=binary)
     return inputs, a, b
@@ -54,11 +59,18 @@ def test_model_metadata_config_and_readiness(triton_examples_server: RunningServ
 
 
 @pytest.mark.parametrize("binary", [False, True])
-@pytest.mark.parametrize(("model", "dtype", "datatype"), [("simple", np.int32, "INT32"), ("simple_int8", np.int8, "INT8")])
-def test_infer_add_sub(triton_examples_server: RunningServer, binary: bool, model: str, dtype: type, datatype: str) -> None:
+@pytest.mark.parametrize(
+    ("model", "dtype", "datatype"), [("simple", np.int32, "INT32"), ("simple_int8", np.int8, "INT8")]
+)
+def test_infer_add_sub(
+    triton_examples_server: RunningServer, binary: bool, model: str, dtype: type, datatype: str
+) -> None:
     client = httpclient.InferenceServerClient(triton_examples_server.url)
     inputs, a, b = _int_inputs(dtype, datatype, binary)
-    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary), httpclient.InferRequestedOutput("OUTPUT1", binary_data=binary)]
+    outputs = [
+        httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary),
+        httpclient.InferRequestedOutput("OUTPUT1", binary_data=binary),
+    ]
     result = client.infer(model, inputs, outputs=outputs, request_id="req-7")
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
@@ -74,7 +86,10 @@ def test_infer_string_model(triton_examples_server: RunningServer) -> None:
     a = np.array([str(i).encode() for i in range(16)], dtype=np.object_).reshape(1, 16)
     b = np.array([b"1"] * 16, dtype=np.object_).reshape(1, 16)
     for binary in (False, True):
-        inputs = [httpclient.InferInput("INPUT0", [1, 16], "BYTES"), httpclient.InferInput("INPUT1", [1, 16], "BYTES")]
+        inputs = [
+            httpclient.InferInput("INPUT0", [1, 16], "BYTES"),
+            httpclient.InferInput("INPUT1", [1, 16], "BYTES"),
+        ]
         inputs[0].set_data_from_numpy(a, binary_data=binary)
         inputs[1].set_data_from_numpy(b, binary_data=binary)
         result = client.infer("simple_string", inputs)
@@ -85,7 +100,10 @@ def test_infer_string_model(triton_examples_server: RunningServer) -> None:
 def test_batch_of_eight_and_requested_subset(triton_examples_server: RunningServer) -> None:
     client = httpclient.InferenceServerClient(triton_examples_server.url)
     a = np.arange(8 * 16, dtype=np.int32).reshape(8, 16)
-    inputs = [httpclient.InferInput("INPUT0", [8, 16], "INT32"), httpclient.InferInput("INPUT1", [8, 16], "INT32")]
+    inputs = [
+        httpclient.InferInput("INPUT0", [8, 16], "INT32"),
+        httpclient.InferInput("INPUT1", [8, 16], "INT32"),
+    ]
     inputs[0].set_data_from_numpy(a)
     inputs[1].set_data_from_numpy(a)
     result = client.infer("simple", inputs, outputs=[httpclient.InferRequestedOutput("OUTPUT1")])
@@ -103,7 +121,10 @@ def test_errors_reach_the_client(triton_examples_server: RunningServer) -> None:
         tensor.set_data_from_numpy(np.zeros((1, 16), dtype=np.float32))
     with pytest.raises(InferenceServerException, match="INPUT0.*FP32.*INT32|data-type"):
         client.infer("simple", bad)
-    big = [httpclient.InferInput("INPUT0", [9, 16], "INT32"), httpclient.InferInput("INPUT1", [9, 16], "INT32")]
+    big = [
+        httpclient.InferInput("INPUT0", [9, 16], "INT32"),
+        httpclient.InferInput("INPUT1", [9, 16], "INT32"),
+    ]
     for tensor in big:
         tensor.set_data_from_numpy(np.zeros((9, 16), dtype=np.int32))
     with pytest.raises(InferenceServerException, match="batch-size must be <= 8"):
@@ -128,7 +149,10 @@ def test_async_infer_many(triton_examples_server: RunningServer) -> None:
     pending = []
     for i in range(16):
         a = np.full((1, 16), i, dtype=np.int32)
-        inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"), httpclient.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs = [
+            httpclient.InferInput("INPUT0", [1, 16], "INT32"),
+            httpclient.InferInput("INPUT1", [1, 16], "INT32"),
+        ]
         inputs[0].set_data_from_numpy(a)
         inputs[1].set_data_from_numpy(a)
         pending.append((i, client.async_infer("simple", inputs)))
@@ -147,7 +171,9 @@ def test_aio_client(triton_examples_server: RunningServer) -> None:
                 *[client.infer("simple", _int_inputs(np.int32, "INT32", bool(i % 2))[0]) for i in range(8)]
             )
             for result in results:
-                np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.arange(16, dtype=np.int32).reshape(1, 16) - 1)
+                np.testing.assert_array_equal(
+                    result.as_numpy("OUTPUT1"), np.arange(16, dtype=np.int32).reshape(1, 16) - 1
+                )
         finally:
             await client.close()
 
@@ -159,7 +185,9 @@ def test_classification_with_labels(examples_server: RunningServer) -> None:
     x = np.array([[0.0, 3.0, 1.0, 2.0], [4.0, 0.0, 0.0, 0.0]], dtype=np.float32)
     tensor = httpclient.InferInput("INPUT0", [2, 4], "FP32")
     tensor.set_data_from_numpy(x)
-    result = client.infer("simple_classifier", [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=2)])
+    result = client.infer(
+        "simple_classifier", [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=2)]
+    )
     top = result.as_numpy("OUTPUT0")
     assert top.shape == (2, 2)
     first = [item.decode().split(":") for item in top[0]]

@@ -59,6 +59,7 @@ def _decode_or_nereid_error(body: bytes, header_length: int | None) -> None:
 # 1. decode_infer_request never raises anything but NereidError
 # ---------------------------------------------------------------------------------------------
 
+
 @FUZZ
 @given(body=st.binary(max_size=256), data=st.data())
 def test_decode_arbitrary_bytes(body: bytes, data: st.DataObject) -> None:
@@ -75,8 +76,20 @@ def test_decode_arbitrary_bytes(body: bytes, data: st.DataObject) -> None:
 
 # JSON values of every kind, including ones that break 64-bit and float assumptions
 _HUGE_INTS = st.sampled_from(
-    [2**31, 2**32, 2**53 + 1, 2**62, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**100,
-     -(2**63), -(2**63) - 1, -(2**100)]
+    [
+        2**31,
+        2**32,
+        2**53 + 1,
+        2**62,
+        2**63 - 1,
+        2**63,
+        2**64 - 1,
+        2**64,
+        2**100,
+        -(2**63),
+        -(2**63) - 1,
+        -(2**100),
+    ]
 )
 _SCALARS = st.one_of(
     st.none(),
@@ -268,18 +281,37 @@ def test_decode_raw_binary_request(body: bytes, datatype: str, shape: list[int])
 # Minimal inputs found by the fuzz tests above, kept as plain regression tests.
 _REPRODUCERS = {
     "bytes-binary-count-too-big-to-allocate": (
-        {"inputs": [{"name": "a", "datatype": "BYTES", "shape": [2**40],
-                     "parameters": {"binary_data_size": 0}}]},
+        {
+            "inputs": [
+                {"name": "a", "datatype": "BYTES", "shape": [2**40], "parameters": {"binary_data_size": 0}}
+            ]
+        },
         b"",
     ),
     "bytes-binary-count-overflows-intp": (
-        {"inputs": [{"name": "a", "datatype": "BYTES", "shape": [2**31, 2**31],
-                     "parameters": {"binary_data_size": 0}}]},
+        {
+            "inputs": [
+                {
+                    "name": "a",
+                    "datatype": "BYTES",
+                    "shape": [2**31, 2**31],
+                    "parameters": {"binary_data_size": 0},
+                }
+            ]
+        },
         b"",
     ),
     "binary-zero-size-huge-dim": (
-        {"inputs": [{"name": "a", "datatype": "FP32", "shape": [0, 2**63 - 1],
-                     "parameters": {"binary_data_size": 0}}]},
+        {
+            "inputs": [
+                {
+                    "name": "a",
+                    "datatype": "FP32",
+                    "shape": [0, 2**63 - 1],
+                    "parameters": {"binary_data_size": 0},
+                }
+            ]
+        },
         b"",
     ),
     "json-empty-data-huge-dims": (
@@ -295,8 +327,11 @@ _REPRODUCERS = {
         b"",
     ),
     "binary-more-than-64-dims": (
-        {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1] * 65,
-                     "parameters": {"binary_data_size": 4}}]},
+        {
+            "inputs": [
+                {"name": "a", "datatype": "FP32", "shape": [1] * 65, "parameters": {"binary_data_size": 4}}
+            ]
+        },
         b"\0\0\0\0",
     ),
 }
@@ -335,8 +370,13 @@ def _tensor(draw: st.DrawFn, datatype: str, json_safe: bool) -> np.ndarray:
         return _object_array(draw(st.lists(element, min_size=count, max_size=count)), shape)
     dtype = numpy_dtype(datatype)
     if datatype == "BF16":
-        values = draw(hnp.arrays(np.float32, shape, elements=st.floats(width=32, allow_nan=not json_safe,
-                                                                      allow_infinity=not json_safe)))
+        values = draw(
+            hnp.arrays(
+                np.float32,
+                shape,
+                elements=st.floats(width=32, allow_nan=not json_safe, allow_infinity=not json_safe),
+            )
+        )
         return values.astype(dtype)
     if dtype.kind == "f":
         elements = st.floats(width=dtype.itemsize * 8, allow_nan=not json_safe, allow_infinity=not json_safe)
@@ -409,6 +449,7 @@ def test_known_json_uint64_above_int64_max_round_trips() -> None:
 # 3. BYTES (de)serialization
 # ---------------------------------------------------------------------------------------------
 
+
 @FUZZ
 @given(buffer=st.binary(max_size=64), count=st.integers(min_value=0, max_value=10))
 def test_deserialize_bytes_random(buffer: bytes, count: int) -> None:
@@ -454,7 +495,7 @@ def _maybe_compressed(draw: st.DrawFn) -> bytes:
     stream = stream[:cut] if draw(st.booleans()) else stream
     if stream and draw(st.booleans()):
         i = draw(st.integers(min_value=0, max_value=len(stream) - 1))
-        stream = stream[:i] + bytes([stream[i] ^ draw(st.integers(1, 255))]) + stream[i + 1:]
+        stream = stream[:i] + bytes([stream[i] ^ draw(st.integers(1, 255))]) + stream[i + 1 :]
     return stream + draw(st.binary(max_size=4))
 
 
@@ -473,16 +514,20 @@ def test_decompress_random(body: bytes, encoding: str, limit: int) -> None:
 
 
 @FUZZ
-@given(data=st.binary(max_size=512), slack=st.integers(min_value=0, max_value=64),
-       encoding=st.sampled_from(["gzip", "deflate"]))
+@given(
+    data=st.binary(max_size=512),
+    slack=st.integers(min_value=0, max_value=64),
+    encoding=st.sampled_from(["gzip", "deflate"]),
+)
 def test_decompress_round_trip_under_limit(data: bytes, slack: int, encoding: str) -> None:
     body = gzip.compress(data) if encoding == "gzip" else zlib.compress(data)
     assert decompress(body, encoding, len(data) + slack) == data
 
 
 @FUZZ
-@given(data=st.binary(min_size=1, max_size=512), st_data=st.data(),
-       encoding=st.sampled_from(["gzip", "deflate"]))
+@given(
+    data=st.binary(min_size=1, max_size=512), st_data=st.data(), encoding=st.sampled_from(["gzip", "deflate"])
+)
 def test_decompress_over_limit_raises(data: bytes, st_data: st.DataObject, encoding: str) -> None:
     limit = st_data.draw(st.integers(min_value=0, max_value=len(data) - 1), label="limit")
     body = gzip.compress(data) if encoding == "gzip" else zlib.compress(data)

@@ -44,8 +44,14 @@ def test_infer_and_response_compression(app: HttpFrontend) -> None:
     plain = _call(app, "POST", "/v2/models/simple/infer", BODY)
     assert plain.status == 200
     assert plain.json()["outputs"][0]["data"] == list(range(1, 17))
-    packed = _call(app, "POST", "/v2/models/simple/infer", gzip.compress(BODY), content_encoding="gzip",
-                   accept_encoding="gzip")
+    packed = _call(
+        app,
+        "POST",
+        "/v2/models/simple/infer",
+        gzip.compress(BODY),
+        content_encoding="gzip",
+        accept_encoding="gzip",
+    )
     assert packed.headers["content-encoding"] == "gzip"
     assert orjson.loads(gzip.decompress(packed.body)) == plain.json()
     # only infer responses are compressed, as in Triton
@@ -72,8 +78,9 @@ def test_methods_and_routes(app: HttpFrontend) -> None:
 
 def test_raw_binary_body_and_binary_output(app: HttpFrontend) -> None:
     x = np.array([1.0, 5.0, 2.0, 0.0], dtype=np.float32)
-    response = _call(app, "POST", "/v2/models/simple_classifier/infer", x.tobytes(),
-                     inference_header_content_length="0")
+    response = _call(
+        app, "POST", "/v2/models/simple_classifier/infer", x.tobytes(), inference_header_content_length="0"
+    )
     assert response.status == 200
     length = int(response.headers["inference-header-content-length"])
     header = orjson.loads(response.body[:length])

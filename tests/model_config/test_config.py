@@ -42,12 +42,25 @@ def test_good_config_validates() -> None:
         (GOOD.replace('name: "m"', 'name: "other"'), "does not match the model directory 'm'"),
         (GOOD.replace("max_batch_size: 4", "max_batch_size: -1"), "'max_batch_size' must be non-negative"),
         (GOOD.replace("dims: [ 3 ] } ]\noutput", "dims: [ 0 ] } ]\noutput"), "each dimension must be >= 1"),
-        (GOOD.replace('input [ { name: "IN"', 'input [ { name: "OUT2" }, { name: "IN"'), "input 'OUT2' must specify 'data_type'"),
-        (GOOD.replace('{ name: "OUT" data_type: TYPE_FP32 dims: [ 3 ] }', '{ name: "OUT" data_type: TYPE_FP32 dims: [ 3 ] }, { name: "OUT" data_type: TYPE_FP32 dims: [ 3 ] }'),
-         "output 'OUT' is declared more than once"),
-        (GOOD.replace("dims: [ 3 ] } ]\noutput", "dims: [ 3 ] reshape { shape: [ 2, 2 ] } } ]\noutput"),
-         "element counts must match"),
-        (GOOD + "dynamic_batching { preferred_batch_size: [ 8 ] }", "preferred_batch_size 8 must be in [1, max_batch_size (4)]"),
+        (
+            GOOD.replace('input [ { name: "IN"', 'input [ { name: "OUT2" }, { name: "IN"'),
+            "input 'OUT2' must specify 'data_type'",
+        ),
+        (
+            GOOD.replace(
+                '{ name: "OUT" data_type: TYPE_FP32 dims: [ 3 ] }',
+                '{ name: "OUT" data_type: TYPE_FP32 dims: [ 3 ] }, { name: "OUT" data_type: TYPE_FP32 dims: [ 3 ] }',
+            ),
+            "output 'OUT' is declared more than once",
+        ),
+        (
+            GOOD.replace("dims: [ 3 ] } ]\noutput", "dims: [ 3 ] reshape { shape: [ 2, 2 ] } } ]\noutput"),
+            "element counts must match",
+        ),
+        (
+            GOOD + "dynamic_batching { preferred_batch_size: [ 8 ] }",
+            "preferred_batch_size 8 must be in [1, max_batch_size (4)]",
+        ),
         (GOOD + "instance_group [ { count: -2 } ]", "count must be at least 1"),
     ],
 )
@@ -62,7 +75,7 @@ def test_error_line_points_at_the_tensor() -> None:
     text = GOOD.replace("dims: [ 3 ] } ]\noutput", "dims: [ -2 ] } ]\noutput")
     with pytest.raises(ModelConfigError) as info:
         _validate(text)
-    line = next(i for i, l in enumerate(text.splitlines(), 1) if '"IN"' in l)
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if '"IN"' in row)
     assert f"config.pbtxt:{line}:" in info.value.message
 
 

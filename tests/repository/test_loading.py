@@ -59,7 +59,12 @@ def test_auto_complete_can_be_disabled(tmp_path: Path) -> None:
 def test_version_policies_choose_what_loads(tmp_path: Path) -> None:
     _model(tmp_path, "latest", (1, 2, 3), 'platform: "onnxruntime_onnx"')
     _model(tmp_path, "all", (1, 2), 'platform: "onnxruntime_onnx" version_policy { all {} }')
-    _model(tmp_path, "specific", (1, 2, 3), 'platform: "onnxruntime_onnx" version_policy { specific { versions: [1, 3] } }')
+    _model(
+        tmp_path,
+        "specific",
+        (1, 2, 3),
+        'platform: "onnxruntime_onnx" version_policy { specific { versions: [1, 3] } }',
+    )
     manager = _manager(tmp_path)
     try:
         assert manager.get("latest").version == 3
@@ -73,11 +78,15 @@ def test_version_policies_choose_what_loads(tmp_path: Path) -> None:
 
 def test_a_broken_model_does_not_stop_the_others(tmp_path: Path) -> None:
     _model(tmp_path, "good", config='platform: "onnxruntime_onnx"')
-    _model(tmp_path, "wrong_type", config=(
-        'platform: "onnxruntime_onnx" max_batch_size: 8\n'
-        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [16] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [16] } ]\n'
-        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [16] } ]'
-    ))
+    _model(
+        tmp_path,
+        "wrong_type",
+        config=(
+            'platform: "onnxruntime_onnx" max_batch_size: 8\n'
+            'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [16] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [16] } ]\n'
+            'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [16] } ]'
+        ),
+    )
     _model(tmp_path, "other_backend", config='backend: "tensorflow"')
     (tmp_path / "empty_versions").mkdir()
     (tmp_path / "empty_versions" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"')
@@ -112,5 +121,44 @@ def test_a_name_in_two_repositories_fails_only_that_model(tmp_path: Path) -> Non
         assert manager.get("once").version == 1
         with pytest.raises(Unavailable):
             manager.get("twice")
+    finally:
+        manager.stop()
+
+
+def test_backend_detected_from_the_model_file(tmp_path: Path) -> None:
+    _model(tmp_path, "plain", config="max_batch_size: 8")
+    manager = _manager(tmp_path)
+    try:
+        assert manager.get("plain").config_json["platform"] == "onnxruntime_onnx"
+    finally:
+        manager.stop()
+
+
+def test_onnxruntime_session_parameters(tmp_path: Path) -> None:
+    _model(
+        tmp_path,
+        "tuned",
+        config=(
+            'platform: "onnxruntime_onnx"\n'
+            'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
+            "optimization { graph { level: 1 } }"
+        ),
+    )
+    _model(
+        tmp_path,
+        "bad_threads",
+        config=(
+            'platform: "onnxruntime_onnx"\n'
+            'parameters { key: "intra_op_thread_count" value: { string_value: "many" } }'
+        ),
+    )
+    manager = _manager(tmp_path)
+    try:
+        session = manager.get("tuned").scheduler._slots[0].instance._session  # type: ignore[attr-defined]
+        options = session.get_session_options()
+        assert options.intra_op_num_threads == 1
+        assert options.graph_optimization_level.name == "ORT_ENABLE_EXTENDED"
+        (row,) = [r for r in manager.index() if r["name"] == "bad_threads"]
+        assert "'intra_op_thread_count' must be an integer, got 'many'" in row["reason"]
     finally:
         manager.stop()

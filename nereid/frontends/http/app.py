@@ -77,10 +77,7 @@ class HttpFrontend:
         self._max_input = settings.http_max_input_size
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-            return
-        if scope["type"] != "http":
+        if scope["type"] != "http":  # the server runs uvicorn with lifespan off
             return
         headers = _headers(scope)
         try:
@@ -135,7 +132,9 @@ class HttpFrontend:
             _allow(method, "GET")
             return _json(200, engine.server_metadata())
         if _LATER.fullmatch(path) or _MODEL_ROUTE.fullmatch(path):
-            return _Response(501, error_body(f"'{path}' belongs to an extension this server does not implement yet"))
+            return _Response(
+                501, error_body(f"'{path}' belongs to an extension this server does not implement yet")
+            )
         return _Response(404, error_body("Not Found"), [_TEXT])
 
     async def _infer(self, name: str, version: str, headers: dict[str, str], receive: Receive) -> _Response:
@@ -229,13 +228,3 @@ def _raw_input(model: ModelVersion, body_size: int) -> tuple[str, str, tuple[int
 
 def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

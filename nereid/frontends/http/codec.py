@@ -56,9 +56,13 @@ def decode_infer_request(
         raise InvalidArgument("Unable to parse 'id': attempt to access JSON non-string as string")
     parameters = _parameters(document.get("parameters"), "request")
     if not isinstance(parameters.get("binary_data_output", False), bool):
-        raise InvalidArgument("Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean")
+        raise InvalidArgument(
+            "Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean"
+        )
     if "inputs" not in document:
-        raise InvalidArgument("Unable to parse 'inputs': attempt to access non-existing object member 'inputs'")
+        raise InvalidArgument(
+            "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
+        )
     raw_inputs = document["inputs"]
     if not isinstance(raw_inputs, list):
         raise InvalidArgument("Unable to parse 'inputs': attempt to access JSON non-array as array")
@@ -75,8 +79,9 @@ def decode_infer_request(
     return InferRequest(model_name, model_version, inputs, outputs, request_id, parameters)
 
 
-def decode_raw_binary_request(body: bytes, model_name: str, model_version: str, input_name: str,
-                              datatype: str, shape: tuple[int, ...]) -> InferRequest:
+def decode_raw_binary_request(
+    body: bytes, model_name: str, model_version: str, input_name: str, datatype: str, shape: tuple[int, ...]
+) -> InferRequest:
     """The header-less form: the whole body is the one input of the model (batch 1)."""
     # Triton calls the tensor 'raw_input' in errors until it is matched to the model's input.
     data = _from_binary(memoryview(body), datatype, shape, "raw_input", model_name, request_prefix(""))
@@ -108,10 +113,14 @@ _ONE_SOURCE = (
 
 def _member(raw: dict[str, Any], key: str, kind: type, kind_text: str) -> Any:
     if key not in raw:
-        raise InvalidArgument(f"Unable to parse '{key}': attempt to access non-existing object member '{key}'")
+        raise InvalidArgument(
+            f"Unable to parse '{key}': attempt to access non-existing object member '{key}'"
+        )
     value = raw[key]
     if not isinstance(value, kind):
-        raise InvalidArgument(f"Unable to parse '{key}': attempt to access JSON non-{kind_text} as {kind_text}")
+        raise InvalidArgument(
+            f"Unable to parse '{key}': attempt to access JSON non-{kind_text} as {kind_text}"
+        )
     return value
 
 
@@ -130,8 +139,15 @@ def _decode_input(
     has_data = "data" in raw
     in_shm = "shared_memory_region" in parameters
     if has_data + (size is not None) + in_shm != 1:
-        named = [n for n, on in (("'data'", has_data), ("'binary_data_size'", size is not None),
-                                 ("'shared_memory_region'", in_shm)) if on]
+        named = [
+            n
+            for n, on in (
+                ("'data'", has_data),
+                ("'binary_data_size'", size is not None),
+                ("'shared_memory_region'", in_shm),
+            )
+            if on
+        ]
         raise InvalidArgument(_ONE_SOURCE + ("set " + " ".join(named) if named else "no field is set"))
     if in_shm:
         raise Unsupported(f"input '{name}': shared memory inputs are not supported yet")
@@ -194,7 +210,9 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
             f"input {name}"
         )
     if not isinstance(data, list):
-        raise InvalidArgument(f"Unable to parse 'data': attempt to access JSON non-array as array (input '{name}')")
+        raise InvalidArgument(
+            f"Unable to parse 'data': attempt to access JSON non-array as array (input '{name}')"
+        )
     if datatype == "BYTES":
         return _bytes_from_json(data, shape, count, name)
     try:
@@ -228,7 +246,9 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
     return parsed.astype(dtype, copy=False).reshape(shape)
 
 
-def _wide_ints(data: list[Any], datatype: str, shape: tuple[int, ...], name: str, parsed: np.ndarray) -> np.ndarray:
+def _wide_ints(
+    data: list[Any], datatype: str, shape: tuple[int, ...], name: str, parsed: np.ndarray
+) -> np.ndarray:
     flat = _flatten(data)
     if not all(type(x) is int for x in flat):
         raise _type_error(name, datatype, parsed)
@@ -275,8 +295,13 @@ def _count_error(name: str, expected: int, got: int) -> InvalidArgument:
 
 
 def _type_error(name: str, datatype: str, parsed: np.ndarray) -> InvalidArgument:
-    found = {"b": "booleans", "i": "integers", "u": "integers", "f": "numbers with a fraction",
-             "U": "strings"}.get(parsed.dtype.kind, "mixed values")
+    found = {
+        "b": "booleans",
+        "i": "integers",
+        "u": "integers",
+        "f": "numbers with a fraction",
+        "U": "strings",
+    }.get(parsed.dtype.kind, "mixed values")
     return InvalidArgument(f"input '{name}': {datatype} data must be JSON {_wanted(datatype)}, got {found}")
 
 
@@ -301,7 +326,9 @@ def _decode_outputs(raw: Any) -> list[RequestedOutput] | None:
             raise Unsupported(f"output '{name}': shared memory outputs are not supported yet")
         binary = parameters.get("binary_data")
         if binary is not None and not isinstance(binary, bool):
-            raise InvalidArgument("Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean")
+            raise InvalidArgument(
+                "Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean"
+            )
         count = parameters.get("classification", 0)
         if type(count) is not int or count < 0:
             raise InvalidArgument(
@@ -323,7 +350,11 @@ def encode_infer_response(response: InferResponse, request: InferRequest) -> tup
         binary = binary_by_name.get(tensor.name)
         if binary is None:
             binary = default_binary
-        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+        entry: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype,
+            "shape": list(tensor.shape),
+        }
         if binary:
             blob = tensor_to_bytes(tensor.data, tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(blob)}

@@ -1,4 +1,5 @@
 """Twin of Triton's 'simple_identity' example: OUTPUT0 is INPUT0 unchanged."""
+
 import triton_python_backend_utils as pb_utils
 
 

@@ -2,6 +2,7 @@
 
 Elements are decimal integer strings; OUTPUT0/OUTPUT1 are the sum/difference as decimal strings.
 """
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -22,8 +23,12 @@ class TritonPythonModel:
         for request in requests:
             a = _to_int(pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy())
             b = _to_int(pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy())
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("OUTPUT0", _to_str(a + b)),
-                pb_utils.Tensor("OUTPUT1", _to_str(a - b)),
-            ]))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor("OUTPUT0", _to_str(a + b)),
+                        pb_utils.Tensor("OUTPUT1", _to_str(a - b)),
+                    ]
+                )
+            )
         return responses
