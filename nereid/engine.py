@@ -65,12 +65,7 @@ class Engine:
         wanted = requested_outputs(model, request)
         results = await model.scheduler.execute(inputs, [o.name for o in wanted])
         outputs = [_output_tensor(model, o, results) for o in wanted]
-        return InferResponse(
-            model_name=model.name,
-            model_version=str(model.version),
-            outputs=outputs,
-            id=request.id,
-        )
+        return InferResponse(model.name, model.version_text, outputs, request.id)
 
     def shutdown(self) -> None:
         self._live = False
@@ -84,11 +79,10 @@ def _output_tensor(
     array = results.get(requested.name)
     if array is None:
         raise InternalError(f"model '{model.name}' did not produce output '{requested.name}'")
-    batched = model.max_batch_size > 0
     if spec.backend_dims is not None:
-        array = array.reshape(((array.shape[0],) if batched else ()) + spec.dims)
+        array = array.reshape(((array.shape[0],) if model.max_batch_size > 0 else ()) + spec.dims)
     if requested.class_count > 0:
-        array = classify(array, requested.class_count, spec.labels, batched, requested.name)
+        array = classify(array, requested.class_count, spec.labels, model.max_batch_size > 0, requested.name)
         return InferTensor(requested.name, "BYTES", array.shape, array)
     if array.dtype != spec.numpy_dtype:
         raise InternalError(

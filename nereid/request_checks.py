@@ -38,16 +38,16 @@ def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
     return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=False))
 
 
-def requested_outputs(model: ModelVersion, request: InferRequest) -> list[RequestedOutput]:
+def requested_outputs(model: ModelVersion, request: InferRequest) -> Sequence[RequestedOutput]:
     """The outputs to compute: those asked for (checked, duplicates folded), or all of them."""
     if not request.outputs:
-        return [RequestedOutput(name) for name in model.output_names]
+        return model.all_outputs
     chosen: dict[str, RequestedOutput] = {}
     for output in request.outputs:
         if output.name not in model.outputs:
             raise InvalidArgument(f"unexpected inference output '{output.name}' for model '{model.name}'")
         chosen.setdefault(output.name, output)
-    return list(chosen.values())
+    return tuple(chosen.values())
 
 
 def backend_inputs(model: ModelVersion, request: InferRequest) -> dict[str, np.ndarray]:

@@ -117,18 +117,21 @@ class OnnxRuntimeInstance:
         self._model_name = spec.model_name
 
     def execute(self, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
-        feed = {
-            name: _to_ort_strings(name, a) if name in self._string_inputs else a for name, a in inputs.items()
-        }
+        feed = inputs
+        if self._string_inputs:
+            feed = {
+                name: _to_ort_strings(name, a) if name in self._string_inputs else a
+                for name, a in inputs.items()
+            }
         try:
-            results = self._session.run(list(outputs), feed)
+            results = self._session.run(outputs if isinstance(outputs, list) else list(outputs), feed)
         except Exception as exc:  # ORT's RuntimeException & co carry the useful text
             raise InternalError(
                 f"onnx runtime error while running model '{self._model_name}': {exc}"
             ) from None
-        out: dict[str, np.ndarray] = {}
-        for name, value in zip(outputs, results, strict=False):
-            out[name] = _from_ort_strings(value) if name in self._string_outputs else value
+        out = dict(zip(outputs, results, strict=True))
+        for name in self._string_outputs.intersection(out):
+            out[name] = _from_ort_strings(out[name])
         return out
 
     def close(self) -> None:
@@ -213,7 +216,9 @@ def _check_dims(kind: str, tensor, model_shape: list, config: mc.ModelConfig) ->
                 "batch dimension"
             )
         shape = shape[1:]
-    if len(dims) != len(shape) or any(not _is_variable(m) and d != m for d, m in zip(dims, shape, strict=False)):
+    if len(dims) != len(shape) or any(
+        not _is_variable(m) and d != m for d, m in zip(dims, shape, strict=False)
+    ):
         raise ModelConfigError(
             f"model '{config.name}': {kind} '{tensor.name}' has dims {dims} in the configuration "
             f"(after the batch dimension) but the model expects {[m if isinstance(m, int) else -1 for m in shape]}"

@@ -10,6 +10,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.datatypes import config_to_wire, numpy_dtype
 from nereid.scheduling import DefaultScheduler
+from nereid.types import RequestedOutput
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,12 +21,9 @@ class TensorSpec:
     datatype: str  # wire name, e.g. "FP32"
     dims: tuple[int, ...]  # API dims without the batch dimension
     backend_dims: tuple[int, ...] | None  # `reshape` dims, or None when the backend sees `dims`
+    numpy_dtype: np.dtype
     optional: bool = False
     labels: tuple[str, ...] = ()
-
-    @property
-    def numpy_dtype(self) -> np.dtype:
-        return numpy_dtype(self.datatype)
 
 
 @dataclass
@@ -40,10 +38,15 @@ class ModelVersion:
     scheduler: DefaultScheduler
     output_names: tuple[str, ...] = field(default=())
     required_inputs: tuple[str, ...] = field(default=())
+    # Read on every request, so computed once rather than from the protobuf config each time.
+    max_batch_size: int = field(init=False)
+    version_text: str = field(init=False)
+    all_outputs: tuple[RequestedOutput, ...] = field(init=False)  # what a request naming no outputs gets
 
-    @property
-    def max_batch_size(self) -> int:
-        return self.config.max_batch_size
+    def __post_init__(self) -> None:
+        self.max_batch_size = self.config.max_batch_size
+        self.version_text = str(self.version)
+        self.all_outputs = tuple(RequestedOutput(name) for name in self.output_names)
 
     def stop(self) -> None:
         self.scheduler.stop()
@@ -52,11 +55,13 @@ class ModelVersion:
 def tensor_specs(tensors: Any, labels: dict[str, tuple[str, ...]] | None = None) -> dict[str, TensorSpec]:
     specs: dict[str, TensorSpec] = {}
     for tensor in tensors:
+        datatype = config_to_wire(mc.DataType.Name(tensor.data_type))
         specs[tensor.name] = TensorSpec(
             name=tensor.name,
-            datatype=config_to_wire(mc.DataType.Name(tensor.data_type)),
+            datatype=datatype,
             dims=tuple(tensor.dims),
             backend_dims=tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None,
+            numpy_dtype=numpy_dtype(datatype),
             optional=getattr(tensor, "optional", False),
             labels=(labels or {}).get(tensor.name, ()),
         )

@@ -54,7 +54,8 @@ def decode_infer_request(
     request_id = document.get("id", "")
     if not isinstance(request_id, str):
         raise InvalidArgument("Unable to parse 'id': attempt to access JSON non-string as string")
-    parameters = _parameters(document.get("parameters"), "request")
+    raw_parameters = document.get("parameters")
+    parameters = {} if raw_parameters is None else _parameters(raw_parameters, "request")
     if not isinstance(parameters.get("binary_data_output", False), bool):
         raise InvalidArgument(
             "Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean"
@@ -70,12 +71,13 @@ def decode_infer_request(
     offset = 0
     inputs: list[InferTensor] = []
     for raw in raw_inputs:
-        tensor, used = _decode_input(raw, view, offset, model_name, request_prefix(request_id))
+        tensor, used = _decode_input(raw, view, offset, model_name, request_id)
         offset += used
         inputs.append(tensor)
     if offset != len(binary):
         raise InvalidArgument(f"unexpected additional input data for model '{model_name}'")
-    outputs = _decode_outputs(document.get("outputs"))
+    raw_outputs = document.get("outputs")
+    outputs = None if raw_outputs is None else _decode_outputs(raw_outputs)
     return InferRequest(model_name, model_version, inputs, outputs, request_id, parameters)
 
 
@@ -112,12 +114,12 @@ _ONE_SOURCE = (
 
 
 def _member(raw: dict[str, Any], key: str, kind: type, kind_text: str) -> Any:
-    if key not in raw:
-        raise InvalidArgument(
-            f"Unable to parse '{key}': attempt to access non-existing object member '{key}'"
-        )
-    value = raw[key]
-    if not isinstance(value, kind):
+    value = raw.get(key)
+    if type(value) is not kind:
+        if key not in raw:
+            raise InvalidArgument(
+                f"Unable to parse '{key}': attempt to access non-existing object member '{key}'"
+            )
         raise InvalidArgument(
             f"Unable to parse '{key}': attempt to access JSON non-{kind_text} as {kind_text}"
         )
@@ -125,14 +127,17 @@ def _member(raw: dict[str, Any], key: str, kind: type, kind_text: str) -> Any:
 
 
 def _decode_input(
-    raw: Any, binary: memoryview, offset: int, model_name: str, prefix: str
+    raw: Any, binary: memoryview, offset: int, model_name: str, request_id: str
 ) -> tuple[InferTensor, int]:
-    if not isinstance(raw, dict):
+    if type(raw) is not dict:
         raise InvalidArgument(f"{_ONE_SOURCE}no field is set (each element of 'inputs' must be an object)")
     name = _member(raw, "name", str, "string")
     datatype = _member(raw, "datatype", str, "string")
-    shape, count = _shape(_member(raw, "shape", list, "array"), name)
-    parameters = _parameters(raw.get("parameters"), f"input '{name}'")
+    dims = _member(raw, "shape", list, "array")
+    shape = tuple(dims)
+    count = _element_count(shape, name)
+    raw_parameters = raw.get("parameters")
+    parameters = {} if raw_parameters is None else _parameters(raw_parameters, f"input '{name}'")
     if datatype not in WIRE_DATATYPES:
         raise InvalidArgument(f"invalid datatype for input {name}")
     size = parameters.get("binary_data_size")
@@ -151,40 +156,43 @@ def _decode_input(
         raise InvalidArgument(_ONE_SOURCE + ("set " + " ".join(named) if named else "no field is set"))
     if in_shm:
         raise Unsupported(f"input '{name}': shared memory inputs are not supported yet")
-    if size is not None:
-        if type(size) is not int or size < 0:
-            raise InvalidArgument(
-                "Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as unsigned-integer"
-            )
-        if offset + size > len(binary):
-            raise InvalidArgument(
-                f"unexpected size for input '{name}', expecting {offset + size - len(binary)} additional bytes "
-                f"for model '{model_name}'"
-            )
-        data = _from_binary(binary[offset : offset + size], datatype, shape, name, model_name, prefix)
-        return InferTensor(name, datatype, shape, data, parameters), size
-    data = _from_json(raw["data"], datatype, shape, count, name)
-    return InferTensor(name, datatype, shape, data, parameters), 0
+    if size is None:
+        return InferTensor(
+            name, datatype, shape, _from_json(raw["data"], datatype, shape, count, name), parameters
+        ), 0
+    if type(size) is not int or size < 0:
+        raise InvalidArgument(
+            "Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as unsigned-integer"
+        )
+    if offset + size > len(binary):
+        raise InvalidArgument(
+            f"unexpected size for input '{name}', expecting {offset + size - len(binary)} additional bytes "
+            f"for model '{model_name}'"
+        )
+    data = _from_binary(
+        binary[offset : offset + size], datatype, shape, name, model_name, request_prefix(request_id)
+    )
+    return InferTensor(name, datatype, shape, data, parameters), size
 
 
-def _shape(dims: list[Any], name: str) -> tuple[tuple[int, ...], int]:
-    """The shape as a tuple and its element count; refuses what numpy could not allocate."""
+def _element_count(shape: tuple[Any, ...], name: str) -> int:
+    """The shape's element count; refuses non-integers and what numpy could not allocate."""
     count = 1
     bound = 1
-    for d in dims:
+    for d in shape:
         if type(d) is not int or d < 0:
             raise InvalidArgument(
                 "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer "
-                f"(input '{name}' has shape {dims})"
+                f"(input '{name}' has shape {list(shape)})"
             )
         count *= d
         bound *= d or 1
-    if len(dims) > _MAX_RANK or bound > _MAX_ELEMENTS:
+    if len(shape) > _MAX_RANK or bound > _MAX_ELEMENTS:
         raise InvalidArgument(
-            f"input '{name}' has shape {dims}: more than {_MAX_RANK} dimensions or {_MAX_ELEMENTS} elements "
-            "cannot be served"
+            f"input '{name}' has shape {list(shape)}: more than {_MAX_RANK} dimensions or {_MAX_ELEMENTS} "
+            "elements cannot be served"
         )
-    return tuple(dims), count
+    return count
 
 
 def _from_binary(
