@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import sys
-
-import uvicorn
+from collections.abc import Coroutine
+from typing import Any
 
 from nereid.engine import Engine
 from nereid.errors import NereidError
-from nereid.frontends.http import HttpFrontend
+from nereid.frontends.http import HttpFrontend, HttpServer, error_response
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
 
@@ -60,25 +62,35 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
         log.error("exiting: --allow-http=false leaves no endpoint to serve")
         engine.shutdown()
         return 1
-    config = uvicorn.Config(
-        HttpFrontend(engine, settings),
-        host=settings.http_address,
-        port=settings.http_port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="off",
-        access_log=False,
-        log_level="warning",
-        timeout_graceful_shutdown=settings.exit_timeout_secs,
-        proxy_headers=False,
-        server_header=False,
-        date_header=False,
-    )
-    server = uvicorn.Server(config)
-    log.info("Started HTTPService at %s:%d", settings.http_address, settings.http_port)
     try:
-        # Server.run installs the configured event loop (uvloop); asyncio.run would not.
-        server.run()
+        _run(_serve_http(engine, settings))
+    except OSError as exc:  # the address is taken or cannot be bound
+        log.error("exiting: cannot serve HTTP on %s:%d: %s", settings.http_address, settings.http_port, exc)
+        return 1
     finally:
         engine.shutdown()
-    return 0 if server.started else 1
+    return 0
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    try:
+        import uvloop
+    except ImportError:  # uvloop does not exist on every platform; asyncio's own loop works too
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
+
+
+async def _serve_http(engine: Engine, settings: ServerSettings) -> None:
+    """Serve until SIGINT or SIGTERM, then let requests in flight finish for --exit-timeout-secs."""
+    frontend = HttpFrontend(engine, settings)
+    server = HttpServer(frontend.handle, error_response, settings.http_max_input_size)
+    await server.start(settings.http_address, settings.http_port)
+    log.info("Started HTTPService at %s:%d", settings.http_address, server.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    log.info("stopping: requests in flight get up to %d s to finish", settings.exit_timeout_secs)
+    await server.stop(settings.exit_timeout_secs)

@@ -1,11 +1,10 @@
-"""A raw ASGI application for Triton's HTTP/REST API: routing, bodies, headers, status codes."""
+"""Triton's HTTP/REST API: routing, bodies, headers, status codes."""
 
 from __future__ import annotations
 
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -20,15 +19,12 @@ from nereid.frontends.http.codec import (
     error_body,
 )
 from nereid.frontends.http.compression import choose_encoding, compress, decompress
+from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.repository import ModelVersion
 from nereid.request_checks import request_prefix
 from nereid.settings import ServerSettings
 
 log = logging.getLogger(__name__)
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 HTTP_STATUS = {
     Status.INTERNAL: 500,
@@ -47,139 +43,101 @@ _LATER = re.compile(
 )
 
 
-class _Response:
-    __slots__ = ("status", "body", "headers", "compressible")
-
-    def __init__(
-        self,
-        status: int,
-        body: bytes = b"",
-        headers: list[tuple[bytes, bytes]] | None = None,
-        compressible: bool = False,
-    ) -> None:
-        self.status = status
-        self.body = body
-        self.headers = headers if headers is not None else [_JSON]
-        self.compressible = compressible
+def _json(status: int, value: Any) -> HttpResponse:
+    return HttpResponse(status, orjson.dumps(value), [_JSON])
 
 
-def _json(status: int, value: Any) -> _Response:
-    return _Response(status, orjson.dumps(value))
+def _text(status: int, body: bytes = b"") -> HttpResponse:
+    return HttpResponse(status, body, [_TEXT])
 
 
-def _error(exc: NereidError) -> _Response:
-    return _Response(HTTP_STATUS.get(exc.status, 400), error_body(exc.message))
+def error_response(status: int, message: str) -> HttpResponse:
+    return HttpResponse(status, error_body(message), [_JSON])
 
 
 class HttpFrontend:
+    """Triton's HTTP/REST API: routes a request to the engine and turns the result into a response."""
+
     def __init__(self, engine: Engine, settings: ServerSettings) -> None:
         self._engine = engine
         self._max_input = settings.http_max_input_size
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # the server runs uvicorn with lifespan off
-            return
-        headers = _headers(scope)
+    async def handle(self, request: HttpRequest) -> HttpResponse:
         try:
-            response = await self._route(scope["method"], scope["path"], headers, receive)
+            response, compressible = await self._route(request)
         except _MethodNotAllowed:
-            response = _Response(405, error_body("Method Not Allowed"))
+            return _text(405, error_body("Method Not Allowed"))
         except NereidError as exc:
-            response = _error(exc)
+            return error_response(HTTP_STATUS.get(exc.status, 400), exc.message)
         except Exception as exc:  # answered as INTERNAL, logged once with its traceback
-            log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
-            response = _Response(500, error_body(f"internal error: {type(exc).__name__}: {exc}"))
-        body = response.body
-        out_headers = response.headers
-        accept = headers.get("accept-encoding")
+            log.exception("unexpected error serving %s %s", request.method, request.path)
+            return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
         # Triton compresses infer responses only; clients read other bodies as plain JSON.
-        if accept and response.compressible:
-            encoding = choose_encoding(accept)
-            if encoding != "identity":
-                body = compress(body, encoding)
-                out_headers = [*out_headers, (b"content-encoding", encoding.encode())]
-        out_headers = [*out_headers, (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": response.status, "headers": out_headers})
-        await send({"type": "http.response.body", "body": body})
+        if compressible:
+            accept = request.headers.get("accept-encoding")
+            if accept:
+                encoding = choose_encoding(accept)
+                if encoding != "identity":
+                    response.body = compress(response.body, encoding)
+                    response.headers.append((b"content-encoding", encoding.encode()))
+        return response
 
-    async def _route(self, method: str, path: str, headers: dict[str, str], receive: Receive) -> _Response:
+    async def _route(self, request: HttpRequest) -> tuple[HttpResponse, bool]:
+        """The response, and whether it may be compressed."""
         engine = self._engine
+        method, path = request.method, request.path
         if path.startswith("/v2/models/") and path != "/v2/models/stats":
             match = _MODEL_ROUTE.fullmatch(path)
             if match is not None:
                 name, version, action = match.group(1), match.group(2) or "", match.group(3)
                 if action == "infer":
                     _allow(method, "POST")
-                    return await self._infer(name, version, headers, receive)
+                    return await self._infer(name, version, request), True
                 if action is None:
                     _allow(method, "GET")
-                    return _json(200, engine.model_metadata(name, version))
+                    return _json(200, engine.model_metadata(name, version)), False
                 if action == "ready":
                     _allow(method, "GET")
                     if engine.model_ready(name, version):
-                        return _Response(200, b"", [_TEXT])
-                    return _Response(400, error_body("Model version not ready"), [_TEXT])
+                        return _text(200), False
+                    return _text(400, error_body("Model version not ready")), False
                 if action == "config":
                     _allow(method, "GET")
-                    return _json(200, engine.model_config(name, version))
+                    return _json(200, engine.model_config(name, version)), False
         if path == "/v2/health/live":
             _allow(method, "GET")
-            return _Response(200 if engine.is_live() else 400, b"", [_TEXT])
+            return _text(200 if engine.is_live() else 400), False
         if path == "/v2/health/ready":
             _allow(method, "GET")
-            return _Response(200 if engine.is_ready() else 400, b"", [_TEXT])
+            return _text(200 if engine.is_ready() else 400), False
         if path == "/v2":
             _allow(method, "GET")
-            return _json(200, engine.server_metadata())
+            return _json(200, engine.server_metadata()), False
         if _LATER.fullmatch(path) or _MODEL_ROUTE.fullmatch(path):
-            return _Response(
-                501, error_body(f"'{path}' belongs to an extension this server does not implement yet")
-            )
-        return _Response(404, error_body("Not Found"), [_TEXT])
+            message = f"'{path}' belongs to an extension this server does not implement yet"
+            return error_response(501, message), False
+        return _text(404, error_body("Not Found")), False
 
-    async def _infer(self, name: str, version: str, headers: dict[str, str], receive: Receive) -> _Response:
-        body = await self._read_body(headers, receive)
+    async def _infer(self, name: str, version: str, request: HttpRequest) -> HttpResponse:
+        headers = request.headers
+        body = request.body
+        encoding = headers.get("content-encoding")
+        if encoding:
+            body = decompress(body, encoding, self._max_input)
         header_value = headers.get("inference-header-content-length")
         header_length = _parse_header_length(header_value) if header_value is not None else None
         if header_length == 0:
             model = self._engine.models.get(name, version)
-            request = decode_raw_binary_request(body, name, version, *_raw_input(model, len(body)))
+            infer_request = decode_raw_binary_request(body, name, version, *_raw_input(model, len(body)))
         else:
-            request = decode_infer_request(body, header_length, name, version)
-        response = await self._engine.infer(request)
-        payload, json_length = encode_infer_response(response, request)
+            infer_request = decode_infer_request(body, header_length, name, version)
+        response = await self._engine.infer(infer_request)
+        payload, json_length = encode_infer_response(response, infer_request)
         if json_length is None:
-            return _Response(200, payload, compressible=True)
-        headers_out = [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
-        return _Response(200, payload, headers_out, compressible=True)
-
-    async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
-        declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self._max_input:
-            raise InvalidArgument(
-                f"request body of {declared} bytes is larger than --http-max-input-size ({self._max_input})"
-            )
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise InvalidArgument("the client disconnected before sending the whole request body")
-            chunk = message.get("body", b"")
-            if chunk:
-                size += len(chunk)
-                if size > self._max_input:
-                    raise InvalidArgument(
-                        f"request body is larger than --http-max-input-size ({self._max_input} bytes)"
-                    )
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        encoding = headers.get("content-encoding")
-        if encoding:
-            body = decompress(body, encoding, self._max_input)
-        return body
+            return HttpResponse(200, payload, [_JSON])
+        return HttpResponse(
+            200, payload, [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
+        )
 
 
 def _allow(method: str, allowed: str) -> None:
@@ -224,7 +182,3 @@ def _raw_input(model: ModelVersion, body_size: int) -> tuple[str, str, tuple[int
         dims[dims.index(-1)] = body_size // known
     shape = ((1,) if model.max_batch_size > 0 else ()) + tuple(dims)
     return spec.name, spec.datatype, shape
-
-
-def _headers(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}

@@ -1,0 +1,316 @@
+"""HTTP/1.1 connections on asyncio, parsed by httptools, each request handed whole to one handler.
+
+Why not an ASGI server: the infer path of a small model costs about as much as the ASGI layer around it
+(scope and message dicts, a receive/send round trip per body, two socket writes per response). Here a
+request arrives as one object with its whole body, and its response leaves in one write.
+
+Per connection, requests are answered one at a time and in order (HTTP/1.1 pipelining); parsing pauses
+while the client does not read its responses or sends too far ahead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+import sys
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import httptools
+
+log = logging.getLogger(__name__)
+
+Headers = list[tuple[bytes, bytes]]
+
+KEEP_ALIVE_TIMEOUT_S = 60.0  # idle connections are closed after this long
+_MAX_PIPELINED = 16  # parsed but unanswered requests per connection before reading pauses
+_WRITEV_FROM = 64 * 1024  # bodies at least this large are written without joining them to the head
+_REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]  # names lower-cased; repeated headers joined with ", "
+    body: bytes
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    status: int
+    body: bytes = b""
+    headers: Headers = field(default_factory=list)  # without content-length, which is added on write
+
+
+Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+# Answers a request the connection refuses before the handler sees it (bad syntax, too large).
+ErrorResponse = Callable[[int, str], HttpResponse]
+
+
+def _start_task(loop: asyncio.AbstractEventLoop, coro: Awaitable[None]) -> asyncio.Task[None]:
+    if sys.version_info >= (3, 12):
+        # Runs the handler at once, so a request that never waits needs no trip through the loop.
+        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[arg-type, call-arg]
+    return loop.create_task(coro)  # type: ignore[arg-type]
+
+
+class HttpServer:
+    """Listens on one address and serves every connection with `handler`."""
+
+    def __init__(self, handler: Handler, error_response: ErrorResponse, max_body_size: int) -> None:
+        self._handler = handler
+        self._error_response = error_response
+        self._max_body_size = max_body_size
+        self._connections: set[_Connection] = set()
+        self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), host, port, reuse_address=True)
+        self._sweeper = loop.create_task(self._close_idle_connections())
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when started on port 0)."""
+        if self._server is None:
+            raise RuntimeError("the HTTP server is not started")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self, timeout_s: float) -> None:
+        """Stop accepting, let requests in flight finish for up to `timeout_s`, then close everything."""
+        if self._server is not None:
+            self._server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for connection in list(self._connections):
+            connection.close_when_idle()
+        deadline = time.monotonic() + timeout_s
+        while self._connections and time.monotonic() < deadline:
+            busy = [c.idle for c in self._connections if c.busy]
+            if not busy:
+                break
+            await asyncio.wait(busy, timeout=deadline - time.monotonic())
+        for connection in list(self._connections):
+            connection.abort()
+
+    async def _close_idle_connections(self) -> None:
+        while True:
+            await asyncio.sleep(KEEP_ALIVE_TIMEOUT_S / 4)
+            cutoff = time.monotonic() - KEEP_ALIVE_TIMEOUT_S
+            for connection in list(self._connections):
+                if not connection.busy and connection.last_active < cutoff:
+                    connection.close_when_idle()
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: HttpServer) -> None:
+        self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        # parsed requests waiting their turn, or the refusal that ends the connection after them
+        self._pending: deque[tuple[HttpRequest | HttpResponse, bool]] = deque()
+        self._busy = False
+        self._task: asyncio.Task[None] | None = None  # the request in flight, to cancel if the client leaves
+        self._reading_paused = False
+        self._writing_paused = False
+        self._closing = False
+        self.last_active = time.monotonic()
+        self.idle: asyncio.Future[None] = self._loop.create_future()  # set whenever nothing is in flight
+        self.idle.set_result(None)
+        # the request being parsed
+        self._url = b""
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._refused = False
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._server._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server._connections.discard(self)
+        self._pending.clear()
+        self._transport = None
+        if self._task is not None:
+            # The client is gone: cancelling drops the request from its model's queue.
+            self._task.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self.last_active = time.monotonic()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # no protocol upgrades here: the request is served as plain HTTP/1.1
+        except httptools.HttpParserError as exc:
+            self._refuse(400, f"malformed HTTP request: {exc}")
+
+    def pause_writing(self) -> None:
+        # The client is not reading its responses: stop reading its requests until it catches up.
+        self._writing_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if len(self._pending) < _MAX_PIPELINED:
+            self._resume_reading()
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = {}
+        self._body = []
+        self._body_size = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        previous = self._headers.get(key)
+        self._headers[key] = text if previous is None else f"{previous}, {text}"
+
+    def on_headers_complete(self) -> None:
+        declared = self._headers.get("content-length")
+        limit = self._server._max_body_size
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            self._refuse(
+                400,
+                f"request body of {declared} bytes is larger than --http-max-input-size ({limit})",
+            )
+            return
+        if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        if self._refused:
+            return
+        self._body_size += len(body)
+        if self._body_size > self._server._max_body_size:
+            self._refuse(
+                400,
+                f"request body is larger than --http-max-input-size ({self._server._max_body_size} bytes)",
+            )
+            return
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._refused:
+            return
+        url = self._url.decode("latin-1")
+        path, _, query = url.partition("?")
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        method = self._parser.get_method().decode("latin-1")
+        request = HttpRequest(method, path, query, self._headers, body)
+        keep_alive = self._parser.should_keep_alive()
+        if not self._busy:
+            self._serve(request, keep_alive)
+        else:
+            self._pending.append((request, keep_alive))
+            if len(self._pending) >= _MAX_PIPELINED:
+                self._pause_reading()
+
+    # serving
+    def _serve(self, request: HttpRequest, keep_alive: bool) -> None:
+        self._busy = True
+        if self.idle.done():
+            self.idle = self._loop.create_future()
+        task = _start_task(self._loop, self._answer(request, keep_alive))
+        if not task.done():  # an eager task may have answered already, and started the next request
+            self._task = task
+
+    async def _answer(self, request: HttpRequest, keep_alive: bool) -> None:
+        try:
+            response = await self._server._handler(request)
+        except asyncio.CancelledError:
+            self._finish()
+            raise
+        except Exception:  # the handler answers its own errors; this is a bug, not a client mistake
+            log.exception("unexpected error answering %s %s", request.method, request.path)
+            response = self._server._error_response(500, "internal error")
+        self._write(response, keep_alive and not self._closing)
+        self._finish()
+        if not keep_alive or self._closing:
+            self._close()
+        elif self._pending:
+            item, next_keep_alive = self._pending.popleft()
+            if isinstance(item, HttpResponse):
+                self._write(item, keep_alive=False)
+                self._close()
+                return
+            if not self._writing_paused:
+                self._resume_reading()
+            self._serve(item, next_keep_alive)
+
+    def _finish(self) -> None:
+        self._busy = False
+        self._task = None
+        if not self._pending and not self.idle.done():
+            self.idle.set_result(None)
+
+    def _write(self, response: HttpResponse, keep_alive: bool) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        status = response.status
+        body = response.body
+        lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))]
+        for name, value in response.headers:
+            lines += (name, b": ", value, b"\r\n")
+        if not keep_alive:
+            lines.append(b"connection: close\r\n")
+        lines.append(b"content-length: %d\r\n\r\n" % len(body))
+        if len(body) < _WRITEV_FROM:
+            lines.append(body)
+            transport.write(b"".join(lines))
+        else:
+            transport.writelines([b"".join(lines), body])
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer, after the requests before it, and close: nothing after it on this connection can be trusted."""
+        self._refused = True
+        self._pause_reading()
+        response = self._server._error_response(status, message)
+        if self._busy:
+            self._pending.append((response, False))
+        else:
+            self._write(response, keep_alive=False)
+            self._close()
+
+    def close_when_idle(self) -> None:
+        self._closing = True
+        if not self._busy:
+            self._close()
+
+    def _close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self._transport is not None:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and self._transport is not None:
+            self._reading_paused = False
+            self._transport.resume_reading()

@@ -1,0 +1,241 @@
+"""The HTTP/1.1 connection layer on real sockets: keep-alive, pipelining, limits, refusals, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import orjson
+
+from nereid.frontends.http import error_response
+from nereid.frontends.http.protocol import HttpRequest, HttpResponse, HttpServer
+
+Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+async def _echo(request: HttpRequest) -> HttpResponse:
+    """Answers with what it was sent, so tests can see how the request was parsed."""
+    summary = {
+        "method": request.method,
+        "path": request.path,
+        "query": request.query,
+        "size": len(request.body),
+    }
+    return HttpResponse(200, orjson.dumps(summary) + request.body, [(b"content-type", b"application/json")])
+
+
+@asynccontextmanager
+async def _server(handler: Handler = _echo, max_body_size: int = 1024) -> AsyncIterator[HttpServer]:
+    server = HttpServer(handler, error_response, max_body_size)
+    await server.start("127.0.0.1", 0)
+    try:
+        yield server
+    finally:
+        await server.stop(1.0)
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    status_line = await reader.readline()
+    status = int(status_line.split()[1])
+    headers: dict[str, str] = {}
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return status, headers, body
+
+
+def _post(path: str, body: bytes, *extra: str) -> bytes:
+    head = [f"POST {path} HTTP/1.1", "host: x", f"content-length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def test_keep_alive_and_pipelined_requests_answer_in_order() -> None:
+    async def scenario() -> None:
+        async with _server() as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            # 40 requests in one write: more than the pipelining window, so reading pauses and resumes
+            writer.write(b"".join(_post(f"/r{i}?n={i}", b"x" * i) for i in range(40)))
+            for i in range(40):
+                status, headers, body = await _read_response(reader)
+                assert status == 200 and "connection" not in headers
+                summary = orjson.loads(body[: len(body) - i])
+                assert summary == {"method": "POST", "path": f"/r{i}", "query": f"n={i}", "size": i}
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_connection_close_and_http10_end_the_connection() -> None:
+    async def scenario() -> None:
+        async with _server() as server:
+            for request in (
+                b"GET /a HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+                b"GET /a HTTP/1.0\r\n\r\n",
+            ):
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(request)
+                status, headers, _ = await _read_response(reader)
+                assert status == 200 and headers["connection"] == "close"
+                assert await reader.read() == b""  # the server closed its side
+                writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_chunked_body_is_joined() -> None:
+    async def scenario() -> None:
+        async with _server() as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(
+                b"POST /c HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+                b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n"
+            )
+            status, _, body = await _read_response(reader)
+            assert status == 200 and body.endswith(b"abcdefg") and orjson.loads(body[:-7])["size"] == 7
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_oversized_bodies_are_refused_and_the_connection_closed() -> None:
+    async def scenario() -> None:
+        async with _server(max_body_size=100) as server:
+            # declared too large: refused before the body is read
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(_post("/big", b"y" * 101))
+            status, headers, body = await _read_response(reader)
+            assert status == 400 and headers["connection"] == "close"
+            assert "larger than --http-max-input-size (100)" in orjson.loads(body)["error"]
+            assert await reader.read() == b""
+            writer.close()
+            # chunked, found too large as it arrives
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            chunk = b"z" * 80
+            writer.write(
+                b"POST /big HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+                + b"50\r\n"
+                + chunk
+                + b"\r\n"
+                + b"50\r\n"
+                + chunk
+                + b"\r\n0\r\n\r\n"
+            )
+            status, _, body = await _read_response(reader)
+            assert status == 400 and "--http-max-input-size" in orjson.loads(body)["error"]
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_refusal_waits_for_the_request_before_it() -> None:
+    async def scenario() -> None:
+        async with _server(max_body_size=100) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(_post("/ok", b"a") + _post("/big", b"b" * 200))
+            first = await _read_response(reader)
+            second = await _read_response(reader)
+            assert first[0] == 200 and orjson.loads(first[2][:-1])["path"] == "/ok"
+            assert second[0] == 400
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_malformed_request_gets_400_and_server_keeps_serving() -> None:
+    async def scenario() -> None:
+        async with _server() as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+            status, headers, body = await _read_response(reader)
+            assert status == 400 and headers["connection"] == "close"
+            assert "malformed HTTP request" in orjson.loads(body)["error"]
+            writer.close()
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(_post("/fine", b""))
+            assert (await _read_response(reader))[0] == 200
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_expect_100_continue() -> None:
+    async def scenario() -> None:
+        async with _server() as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"POST /e HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n")
+            assert await reader.readline() == b"HTTP/1.1 100 Continue\r\n"
+            assert await reader.readline() == b"\r\n"
+            writer.write(b"ok")
+            status, _, body = await _read_response(reader)
+            assert status == 200 and body.endswith(b"ok")
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_client_leaving_cancels_its_request() -> None:
+    async def scenario() -> None:
+        started = asyncio.Event()
+        cancelled = asyncio.Event()
+
+        async def slow(request: HttpRequest) -> HttpResponse:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            raise AssertionError("unreachable")
+
+        async with _server(slow) as server:
+            _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(_post("/slow", b""))
+            await asyncio.wait_for(started.wait(), 5)
+            writer.close()
+            await asyncio.wait_for(cancelled.wait(), 5)
+
+    asyncio.run(scenario())
+
+
+def test_stop_lets_requests_in_flight_finish() -> None:
+    async def scenario() -> None:
+        release = asyncio.Event()
+        started = asyncio.Event()
+
+        async def gated(request: HttpRequest) -> HttpResponse:
+            started.set()
+            await release.wait()
+            return HttpResponse(200, b"done")
+
+        server = HttpServer(gated, error_response, 1024)
+        await server.start("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(_post("/g", b""))
+        await asyncio.wait_for(started.wait(), 5)
+        stopping = asyncio.create_task(server.stop(10.0))
+        await asyncio.sleep(0)  # let stop() close the listener before the request is released
+        assert not stopping.done()
+        release.set()
+        status, headers, body = await _read_response(reader)
+        assert (status, body, headers["connection"]) == (200, b"done", "close")
+        await asyncio.wait_for(stopping, 5)
+        writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_handler_bug_is_answered_500() -> None:
+    async def broken(request: HttpRequest) -> HttpResponse:
+        raise RuntimeError("bug")
+
+    async def scenario() -> None:
+        async with _server(broken) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(_post("/x", b"") + _post("/y", b""))
+            assert (await _read_response(reader))[0] == 500
+            assert (await _read_response(reader))[0] == 500  # the connection still serves
+            writer.close()
+
+    asyncio.run(scenario())
