@@ -7,15 +7,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from nereid.settings import ServerSettings
+from nereid.settings import API_GROUPS, RestrictedApi, ServerSettings
 
 # Triton flags that a later version of Nereid implements. They are accepted so existing command lines
 # keep working, and each one given is reported at start-up as having no effect yet.
 NOT_YET_SUPPORTED = (
-    "--repository-poll-secs",
     "--http-thread-count",
     "--http-header-forward-pattern",
-    "--http-restricted-api",
     "--reuse-http-port",
     "--reuse-grpc-port",
     "--grpc-infer-thread-count",
@@ -91,7 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-address", default="0.0.0.0")
     p.add_argument("--metrics-port", type=int, default=8002)
     p.add_argument("--model-control-mode", default="none", choices=["none", "explicit", "poll"])
-    p.add_argument("--load-model", action="append", default=[], metavar="NAME")
+    p.add_argument("--load-model", action="append", default=[], metavar="NAME", help="'*' loads every model")
+    p.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS")
+    p.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="API[,API...]:HEADER=VALUE",
+        help="require a header on these API groups",
+    )
     p.add_argument("--model-config-name", default="")
     p.add_argument("--disable-auto-complete-config", action="store_true")
     p.add_argument(
@@ -112,6 +118,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _restricted_api(item: str) -> RestrictedApi:
+    """`<group>[,<group>...]:<header>=<value>`, as tritonserver takes it."""
+    groups_text, colon, pair = item.partition(":")
+    header, equals, value = pair.partition("=")
+    groups = frozenset(g.strip() for g in groups_text.split(","))
+    unknown = sorted(groups - set(API_GROUPS))
+    if not colon or not equals or not header or unknown:
+        raise SystemExit(
+            f"nereid: --http-restricted-api expects <api>[,<api>...]:<header>=<value> with apis among "
+            f"{', '.join(API_GROUPS)}; got '{item}'"
+        )
+    return RestrictedApi(groups, header.strip().lower(), value)
+
+
 def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
     """Settings, plus one warning per flag that was given but has no effect in this version."""
     args = build_parser().parse_args(argv)
@@ -120,11 +140,10 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         for flag in NOT_YET_SUPPORTED
         if getattr(args, flag.lstrip("-").replace("-", "_")) is not None
     ]
-    if args.model_control_mode != "none" or args.load_model:
-        raise SystemExit(
-            "nereid: --model-control-mode explicit/poll and --load-model are not supported yet; "
-            "this version loads every model at start-up (mode 'none')"
-        )
+    if args.load_model and args.model_control_mode != "explicit":
+        warnings.append("--load-model has no effect unless --model-control-mode=explicit")
+    if "*" in args.load_model and len(args.load_model) > 1:
+        raise SystemExit("nereid: --load-model=* loads every model and must be the only --load-model")
     backend_config: dict[str, dict[str, str]] = {}
     for item in args.backend_config:
         scope, _, pair = item.rpartition(",")
@@ -152,6 +171,8 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         metrics_port=args.metrics_port,
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_model),
+        repository_poll_secs=args.repository_poll_secs,
+        http_restricted_api=tuple(_restricted_api(item) for item in args.http_restricted_api),
         model_config_name=args.model_config_name,
         auto_complete_config=auto_complete,
         default_max_batch_size=default_max_batch_size,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from nereid import TRITON_PROTOCOL_VERSION
 from nereid.classification import classify
 from nereid.datatypes import wire_datatype
-from nereid.errors import InternalError
+from nereid.errors import InternalError, Unavailable
 from nereid.repository import ModelManager, ModelVersion
 from nereid.request_checks import backend_inputs, requested_outputs
 from nereid.settings import ServerSettings
@@ -18,6 +19,7 @@ from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutp
 # Extensions this server implements, named as Triton names them in server metadata.
 EXTENSIONS = (
     "classification",
+    "model_repository",
     "model_configuration",
     "binary_tensor_data",
     "parameters",
@@ -61,11 +63,33 @@ class Engine:
     # inference
     async def infer(self, request: InferRequest) -> InferResponse:
         model = self.models.get(request.model_name, request.model_version)
-        inputs = backend_inputs(model, request)
-        wanted = requested_outputs(model, request)
-        results = await model.scheduler.execute(inputs, [o.name for o in wanted])
-        outputs = [_output_tensor(model, o, results) for o in wanted]
+        # Counted so that a reload or unload retires this version only once its requests are answered.
+        model.inflight += 1
+        try:
+            inputs = backend_inputs(model, request)
+            wanted = requested_outputs(model, request)
+            results = await model.scheduler.execute(inputs, [o.name for o in wanted])
+            outputs = [_output_tensor(model, o, results) for o in wanted]
+        finally:
+            model.request_done()
         return InferResponse(model.name, model.version_text, outputs, request.id)
+
+    # model control
+    async def load_model(
+        self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        """Load or reload a model (explicit mode): new versions serve once ready, old ones drain."""
+        self._check_explicit()
+        await asyncio.to_thread(self.models.load, name, config, files)
+
+    async def unload_model(self, name: str) -> None:
+        self._check_explicit()
+        await asyncio.to_thread(self.models.unload, name)
+
+    def _check_explicit(self) -> None:
+        if self.models.control_mode != "explicit":
+            # Triton's text, whichever of 'none' or 'poll' is in force
+            raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
 
     def shutdown(self) -> None:
         self._live = False

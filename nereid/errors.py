@@ -16,6 +16,8 @@ class Status(enum.Enum):
     UNSUPPORTED = "UNSUPPORTED"
     ALREADY_EXISTS = "ALREADY_EXISTS"
     CANCELLED = "CANCELLED"
+    # not a TRITONSERVER code: a restricted API called without its header (HTTP 403, gRPC UNAVAILABLE)
+    PERMISSION_DENIED = "PERMISSION_DENIED"
 
 
 class NereidError(Exception):
@@ -50,6 +52,10 @@ class AlreadyExists(NereidError):
 
 class Cancelled(NereidError):
     status = Status.CANCELLED
+
+
+class Forbidden(NereidError):
+    status = Status.PERMISSION_DENIED
 
 
 class InternalError(NereidError):

@@ -20,7 +20,7 @@ log = logging.getLogger("nereid")
 
 def build_engine(settings: ServerSettings) -> Engine:
     models = ModelManager(settings)
-    models.load_all()
+    models.start()
     return Engine(settings, models)
 
 

@@ -5,6 +5,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# API groups that --http-restricted-api / --grpc-restricted-protocol can put behind a header.
+API_GROUPS = (
+    "health",
+    "metadata",
+    "inference",
+    "shared-memory",
+    "model-config",
+    "model-repository",
+    "statistics",
+    "trace",
+    "logging",
+)
+
+
+@dataclass(frozen=True)
+class RestrictedApi:
+    """Calls to any of `groups` must carry the header `header` with the value `value`."""
+
+    groups: frozenset[str]
+    header: str  # lower-case
+    value: str
+
 
 @dataclass(frozen=True)
 class ServerSettings:
@@ -15,6 +37,7 @@ class ServerSettings:
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     http_max_input_size: int = 64 * 1024 * 1024
+    http_restricted_api: tuple[RestrictedApi, ...] = ()
     # ports that later frontends serve
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
@@ -25,6 +48,7 @@ class ServerSettings:
     # repository and models
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()
+    repository_poll_secs: int = 15
     model_config_name: str = ""
     auto_complete_config: bool = True
     default_max_batch_size: int = 4

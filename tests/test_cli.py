@@ -48,8 +48,10 @@ def test_flags_of_later_versions_are_reported_not_ignored() -> None:
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--model-repository=/a", "--model-control-mode=explicit"],
-        ["--model-repository=/a", "--load-model=simple"],
+        ["--model-repository=/a", "--model-control-mode=sometimes"],
+        ["--model-repository=/a", "--model-control-mode=explicit", "--load-model=*", "--load-model=a"],
+        ["--model-repository=/a", "--http-restricted-api=nonsense:key=value"],
+        ["--model-repository=/a", "--http-restricted-api=model-repository"],
         ["--model-repository=/a", "--backend-config=novalue"],
         ["--model-repository=/a", "--allow-http=maybe"],
     ],
@@ -57,3 +59,25 @@ def test_flags_of_later_versions_are_reported_not_ignored() -> None:
 def test_unsupported_or_malformed_flags_stop_the_server(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse_settings(argv)
+
+
+def test_model_control_flags() -> None:
+    settings, warnings = parse_settings(
+        [
+            "--model-repository=/a",
+            "--model-control-mode=explicit",
+            "--load-model=x",
+            "--load-model=y",
+            "--repository-poll-secs=3",
+            "--http-restricted-api=model-repository,statistics:Admin-Key=s3cret",
+        ]
+    )
+    assert settings.model_control_mode == "explicit" and settings.load_models == ("x", "y")
+    assert settings.repository_poll_secs == 3 and not warnings
+    (rule,) = settings.http_restricted_api
+    assert rule.groups == {"model-repository", "statistics"} and (rule.header, rule.value) == (
+        "admin-key",
+        "s3cret",
+    )
+    _, warnings = parse_settings(["--model-repository=/a", "--load-model=x"])
+    assert warnings == ["--load-model has no effect unless --model-control-mode=explicit"]

@@ -17,12 +17,13 @@ from nereid.errors import ModelConfigError
 class ConfigSource:
     """Where a config came from, so errors can name the file and the line."""
 
-    path: Path | None  # None when the model has no config file (fully auto-completed)
+    path: Path | None  # None when the model has no config file (fully auto-completed, or sent by API)
     text: str = ""
+    label: str = "<auto-completed config>"  # what to call it when there is no file
 
     def where(self, needle: str | None = None) -> str:
         """`file:line` of the first line containing `needle`, or just the file."""
-        name = str(self.path) if self.path else "<auto-completed config>"
+        name = str(self.path) if self.path else self.label
         if needle and self.text:
             for number, line in enumerate(self.text.splitlines(), start=1):
                 if needle in line:

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends import BACKEND_PLATFORMS, InstanceSpec, backend_name, get_backend
 from nereid.backends.base import Backend, ModelInstance
 from nereid.errors import ModelConfigError, NereidError, Unavailable
-from nereid.model_config import config_to_json, read_config, validate_config
+from nereid.model_config import ConfigSource, config_from_json, config_to_json, read_config, validate_config
 from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
-from nereid.repository.scan import ModelSource, select_versions, version_folders
+from nereid.repository.scan import ModelSource, select_versions, tree_fingerprint, version_folders
 from nereid.scheduling import DefaultScheduler
 from nereid.settings import ServerSettings
 
@@ -29,7 +31,14 @@ class LoadResult:
     failures: dict[int | None, str]  # None: the model as a whole failed (config, backend, ...)
 
 
-def load_model(source: ModelSource, settings: ServerSettings) -> LoadResult:
+def load_model(
+    source: ModelSource,
+    settings: ServerSettings,
+    config_override: str | None = None,
+    serving: Mapping[int, ModelVersion] | None = None,
+) -> LoadResult:
+    """Load the versions the policy selects. `config_override` is a JSON ModelConfig that replaces
+    config.pbtxt; a version in `serving` whose config, files and labels are unchanged is kept as is."""
     result = LoadResult(source.name, {}, {})
     if source.duplicate_of is not None:
         result.failures[None] = (
@@ -38,7 +47,7 @@ def load_model(source: ModelSource, settings: ServerSettings) -> LoadResult:
         )
         return result
     try:
-        config, backend, folders = _complete_config(source, settings)
+        config, backend, folders = _complete_config(source, settings, config_override)
         labels = _read_labels(source.path, config)
     except NereidError as exc:
         result.failures[None] = exc.message
@@ -51,9 +60,14 @@ def load_model(source: ModelSource, settings: ServerSettings) -> LoadResult:
         if version not in folders:
             result.failures[version] = f"version {version} of model '{source.name}' has no folder"
             continue
+        fingerprint = f"{tree_fingerprint(folders[version])}:{sorted(labels.items())}"
+        current = (serving or {}).get(version)
+        if current is not None and current.fingerprint == fingerprint and current.config == config:
+            result.versions[version] = current
+            continue
         try:
             result.versions[version] = _load_version(
-                source, config, config_json, backend, folders, version, labels
+                source, config, config_json, backend, folders, version, labels, fingerprint
             )
         except NereidError as exc:
             result.failures[version] = exc.message
@@ -67,9 +81,12 @@ def load_model(source: ModelSource, settings: ServerSettings) -> LoadResult:
 
 
 def _complete_config(
-    source: ModelSource, settings: ServerSettings
+    source: ModelSource, settings: ServerSettings, config_override: str | None
 ) -> tuple[mc.ModelConfig, Backend, dict[int, Path]]:
-    config, config_source = read_config(source.path, settings.model_config_name)
+    if config_override is None:
+        config, config_source = read_config(source.path, settings.model_config_name)
+    else:
+        config, config_source = _parse_override(source.name, config_override)
     if not config.name:
         config.name = source.name
     folders = version_folders(source.path)
@@ -92,6 +109,23 @@ def _complete_config(
             "could not provide them"
         )
     return config, backend, folders
+
+
+def _parse_override(name: str, text: str) -> tuple[mc.ModelConfig, ConfigSource]:
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ModelConfigError(f"model '{name}': the 'config' parameter is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ModelConfigError(
+            f"model '{name}': the 'config' parameter must be a JSON object (a ModelConfig)"
+        )
+    config = config_from_json(data)
+    if config.name and config.name != name:
+        raise ModelConfigError(
+            f"model '{name}': the 'config' parameter names the model '{config.name}'; it must be '{name}'"
+        )
+    return config, ConfigSource(None, text, label="the 'config' parameter of the load request")
 
 
 def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
@@ -139,6 +173,7 @@ def _load_version(
     folders: dict[int, Path],
     version: int,
     labels: dict[str, tuple[str, ...]],
+    fingerprint: str,
 ) -> ModelVersion:
     version_dir = folders[version]
     model_file = version_dir / config.default_model_filename
@@ -184,4 +219,5 @@ def _load_version(
         scheduler=DefaultScheduler(f"'{source.name}' version {version}", instances),
         output_names=tuple(o.name for o in config.output),
         required_inputs=tuple(i.name for i in config.input if not i.optional),
+        fingerprint=fingerprint,
     )

@@ -1,21 +1,31 @@
-"""Which models are loaded, in what state, and why: the repository as the engine sees it."""
+"""Which models are loaded, in what state, and why; loading, reloading and unloading them safely.
+
+A reload builds the new versions while the old ones keep serving, swaps them in with one assignment,
+then retires what was replaced: retired versions finish the requests they hold before they stop. A
+reload that fails leaves the serving versions alone.
+"""
 
 from __future__ import annotations
 
 import enum
 import logging
 import threading
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from nereid.errors import NotFound, Unavailable
+from nereid.errors import InvalidArgument, NotFound, Unavailable
 from nereid.repository.loader import LoadResult, load_model
 from nereid.repository.model import ModelVersion
-from nereid.repository.scan import discover
+from nereid.repository.scan import ModelSource, discover, tree_fingerprint
+from nereid.repository.uploads import check_model_name, remove_model_folder, write_model_folder
 from nereid.settings import ServerSettings
 
 log = logging.getLogger(__name__)
+
+CONTROL_MODES = ("none", "explicit", "poll")
 
 
 class ModelState(enum.Enum):
@@ -29,34 +39,191 @@ class ModelState(enum.Enum):
 class _ModelEntry:
     name: str
     versions: dict[int, ModelVersion] = field(default_factory=dict)
-    failures: dict[int | None, str] = field(default_factory=dict)
+    failures: dict[int | None, str] = field(default_factory=dict)  # None: the model as a whole
+    unloaded: tuple[int, ...] = ()  # versions taken down by an unload
+    uploaded: Path | None = None  # the private folder of a model delivered through the load API
 
 
 class ModelManager:
     def __init__(self, settings: ServerSettings) -> None:
         self._settings = settings
         self._models: dict[str, _ModelEntry] = {}
-        self._lock = threading.Lock()
+        self._transitions: dict[str, ModelState] = {}  # LOADING / UNLOADING while one runs
+        self._locks: dict[str, threading.Lock] = {}  # one load or unload at a time per model
+        self._locks_guard = threading.Lock()
+        self._polled: dict[str, str] = {}  # poll mode: the folder fingerprint last acted on
+        self._stopping = threading.Event()
+        self._poller: threading.Thread | None = None
 
-    def load_all(self) -> None:
-        """Load every model of every repository (model control mode 'none')."""
+    @property
+    def control_mode(self) -> str:
+        return self._settings.model_control_mode
+
+    # start-up and shutdown
+    def start(self) -> None:
+        """Load what the control mode loads at start-up; in poll mode, start watching the repositories."""
         for root in self._settings.model_repositories:
             if not root.is_dir():
                 raise NotFound(f"model repository '{root}' does not exist or is not a folder")
+        if self.control_mode == "explicit":
+            self._load_at_start(self._settings.load_models)
+        else:
+            self.load_all()
+        if self.control_mode == "poll":
+            self._poller = threading.Thread(target=self._poll_loop, name="repository-poll", daemon=True)
+            self._poller.start()
+
+    def load_all(self) -> None:
+        """Load every model of every repository, several at a time."""
         sources = discover(list(self._settings.model_repositories))
+        self._load_sources(list(sources.values()))
+
+    def _load_at_start(self, names: Iterable[str]) -> None:
+        wanted = list(dict.fromkeys(names))
+        if "*" in wanted:
+            self.load_all()
+            return
+        sources = discover(list(self._settings.model_repositories))
+        for name in wanted:
+            if name not in sources:
+                self._models[name] = _ModelEntry(name, failures={None: _no_folder(name)})
+                log.error("failed to load model '%s': %s", name, _no_folder(name))
+        self._load_sources([sources[name] for name in wanted if name in sources])
+
+    def _load_sources(self, sources: list[ModelSource]) -> None:
         workers = max(1, self._settings.model_load_thread_count)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="model-load") as pool:
-            results = list(pool.map(lambda s: load_model(s, self._settings), sources.values()))
-        for result in results:
-            self._install(result)
-
-    def _install(self, result: LoadResult) -> None:
-        for version, reason in result.failures.items():
-            what = f"model '{result.name}'" + (f" version {version}" if version is not None else "")
-            log.error("failed to load %s: %s", what, reason)
-        with self._lock:
+            results = list(pool.map(lambda s: (s, load_model(s, self._settings)), sources))
+        for source, result in results:
+            _log_failures(result)
             self._models[result.name] = _ModelEntry(result.name, result.versions, result.failures)
+            self._polled[result.name] = tree_fingerprint(source.path)
 
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._poller is not None:
+            self._poller.join()
+        entries = list(self._models.values())
+        self._models.clear()
+        for entry in entries:
+            for model in entry.versions.values():
+                model.stop()
+            if entry.uploaded is not None:
+                remove_model_folder(entry.uploaded)
+
+    # load and unload (blocking: call from a worker thread, never from the event loop)
+    def load(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
+        """Load or reload `name`; raises with the reason when it fails, the serving versions untouched."""
+        check_model_name(name)
+        if files and config is None:
+            raise InvalidArgument(
+                f"load of model '{name}': file parameters need a 'config' parameter too (the model's "
+                "configuration as JSON)"
+            )
+        with self._model_lock(name):
+            uploaded = write_model_folder(name, files) if files else None
+            source = ModelSource(name, uploaded) if uploaded else self._repository_source(name)
+            current = self._models.get(name)
+            # Versions can be kept through a reload only if their files stay where they are.
+            reusable = current.versions if current is not None and current.uploaded == uploaded else None
+            self._transitions[name] = ModelState.LOADING
+            try:
+                result = load_model(source, self._settings, config, reusable)
+            except BaseException:
+                if uploaded is not None:
+                    remove_model_folder(uploaded)
+                raise
+            finally:
+                del self._transitions[name]
+            _log_failures(result)
+            if result.failures and current is not None and current.versions:
+                self._discard(result, keep=current.versions.values())
+                if uploaded is not None:
+                    remove_model_folder(uploaded)
+                raise InvalidArgument(
+                    _load_failed(name, result) + "; the versions already loaded keep serving"
+                )
+            self._models[name] = _ModelEntry(name, result.versions, result.failures, uploaded=uploaded)
+            if current is not None:
+                self._retire(current, keep=result.versions.values())
+            if result.failures:
+                raise InvalidArgument(_load_failed(name, result))
+
+    def unload(self, name: str) -> None:
+        """Stop serving `name` once the requests it holds are answered. Unknown names are not an error."""
+        with self._model_lock(name):
+            current = self._models.get(name)
+            if current is None or not current.versions:
+                return
+            self._transitions[name] = ModelState.UNLOADING
+            try:
+                self._models[name] = _ModelEntry(name, unloaded=tuple(sorted(current.versions)))
+                self._retire(current, keep=())
+            finally:
+                del self._transitions[name]
+
+    def _repository_source(self, name: str) -> ModelSource:
+        source = discover(list(self._settings.model_repositories)).get(name)
+        if source is None:
+            raise InvalidArgument(f"failed to load '{name}': {_no_folder(name)}")
+        return source
+
+    def _retire(self, entry: _ModelEntry, keep: Iterable[ModelVersion]) -> None:
+        kept = {id(model) for model in keep}
+        for model in entry.versions.values():
+            if id(model) not in kept:
+                model.retire(float(self._settings.exit_timeout_secs))
+        if entry.uploaded is not None:
+            remove_model_folder(entry.uploaded)
+
+    @staticmethod
+    def _discard(result: LoadResult, keep: Iterable[ModelVersion]) -> None:
+        """Stop versions a failed reload built but will not serve (never ones still serving)."""
+        kept = {id(model) for model in keep}
+        for model in result.versions.values():
+            if id(model) not in kept:
+                model.stop()
+
+    def _model_lock(self, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(name, threading.Lock())
+
+    # poll mode
+    def _poll_loop(self) -> None:
+        while not self._stopping.wait(self._settings.repository_poll_secs):
+            try:
+                self.poll()
+            except Exception:  # one bad poll must not end polling
+                log.exception("polling the model repository failed")
+
+    def poll(self) -> None:
+        """Apply what changed on disk since the last look: new, changed and removed models."""
+        sources = discover(list(self._settings.model_repositories))
+        for name, source in sources.items():
+            if self._stopping.is_set():
+                return
+            fingerprint = tree_fingerprint(source.path)
+            if self._polled.get(name) == fingerprint:
+                continue
+            # Remember the attempt even if it fails: a half-written folder changes again when complete.
+            self._polled[name] = fingerprint
+            log.info("model '%s' changed on disk: loading it", name)
+            try:
+                self.load(name)
+            except (InvalidArgument, NotFound, Unavailable) as exc:
+                log.error("%s", exc.message)
+        for name in [n for n in self._models if n not in sources]:
+            entry = self._models.get(name)
+            if entry is None or entry.uploaded is not None:
+                continue
+            self._polled.pop(name, None)
+            if entry.versions:
+                log.info("model '%s' was removed from the repository: unloading it", name)
+                self.unload(name)
+            else:
+                self._models.pop(name, None)
+
+    # lookups for the serving path
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The version to serve: the asked one, or the highest loaded (Triton's default)."""
         entry = self._models.get(name)
@@ -71,15 +238,16 @@ class ModelManager:
                 ) from None
             model = entry.versions.get(number)
             if model is None:
-                if number in entry.failures:
+                if number in entry.failures or number in entry.unloaded:
                     raise Unavailable(
                         f"Request for unknown model: '{name}' version {version} is not at ready state"
                     )
                 raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
             return model
-        if not entry.versions:
-            raise Unavailable(f"Request for unknown model: '{name}' has no available versions")
-        return entry.versions[max(entry.versions)]
+        versions = entry.versions
+        if not versions:
+            raise NotFound(f"Request for unknown model: '{name}' has no available versions")
+        return versions[max(versions)]
 
     def is_ready(self, name: str, version: str = "") -> bool:
         try:
@@ -90,38 +258,69 @@ class ModelManager:
 
     def all_ready(self) -> bool:
         """Strict readiness: every model that was asked to load has loaded all its versions."""
-        return all(not entry.failures and entry.versions for entry in self._models.values())
+        return all(
+            not entry.failures and (entry.versions or entry.unloaded) for entry in list(self._models.values())
+        )
 
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """Repository index rows as Triton writes them: READY rows carry no reason."""
+        names = set(self._models)
+        if not ready_only:
+            names.update(discover(list(self._settings.model_repositories)))
         rows: list[dict[str, Any]] = []
-        for name in sorted(self._models):
-            entry = self._models[name]
+        for name in sorted(names):
+            entry = self._models.get(name)
+            transition = self._transitions.get(name)
+            if entry is None or (transition is ModelState.LOADING and not entry.versions):
+                if transition is not None:
+                    rows.append({"name": name, "state": transition.value})
+                elif not ready_only:
+                    rows.append({"name": name})
+                continue
+            # Versions serving through a reload stay READY.
             for version in sorted(entry.versions):
-                rows.append(
-                    {"name": name, "version": str(version), "state": ModelState.READY.value, "reason": ""}
-                )
+                rows.append({"name": name, "version": str(version), "state": ModelState.READY.value})
             if ready_only:
                 continue
-            for failed_version, reason in sorted(entry.failures.items(), key=lambda kv: kv[0] or 0):
+            for version in entry.unloaded:
+                if transition is ModelState.UNLOADING:  # still answering the requests it holds
+                    rows.append({"name": name, "version": str(version), "state": transition.value})
+                else:
+                    rows.append(
+                        {"name": name, "version": str(version), "state": "UNAVAILABLE", "reason": "unloaded"}
+                    )
+            for failed, reason in sorted(entry.failures.items(), key=lambda kv: kv[0] or 0):
                 row: dict[str, Any] = {"name": name}
-                if failed_version is not None:
-                    row["version"] = str(failed_version)
+                if failed is not None:
+                    row["version"] = str(failed)
                 row.update(state=ModelState.UNAVAILABLE.value, reason=reason)
                 rows.append(row)
         return rows
 
     def model_table(self) -> list[tuple[str, str, str]]:
-        """(model, version, status) rows for the start-up table."""
+        """(model, version, status) rows for the start-up table: the models that were asked to load."""
         rows = []
         for row in self.index():
+            if "state" not in row:
+                continue
             status = row["state"] if row["state"] == "READY" else f"{row['state']}: {row['reason']}"
             rows.append((row["name"], row.get("version", "-"), status))
         return rows
 
-    def stop(self) -> None:
-        with self._lock:
-            entries = list(self._models.values())
-            self._models.clear()
-        for entry in entries:
-            for model in entry.versions.values():
-                model.stop()
+
+def _no_folder(name: str) -> str:
+    return f"no model folder named '{name}' in the model repository"
+
+
+def _log_failures(result: LoadResult) -> None:
+    for version, reason in result.failures.items():
+        what = f"model '{result.name}'" + (f" version {version}" if version is not None else "")
+        log.error("failed to load %s: %s", what, reason)
+
+
+def _load_failed(name: str, result: LoadResult) -> str:
+    reasons = "; ".join(
+        (f"version {version}: " if version is not None else "") + reason
+        for version, reason in sorted(result.failures.items(), key=lambda kv: kv[0] or 0)
+    )
+    return f"load failed for model '{name}': {reasons}"

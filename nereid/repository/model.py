@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,15 +40,41 @@ class ModelVersion:
     scheduler: DefaultScheduler
     output_names: tuple[str, ...] = field(default=())
     required_inputs: tuple[str, ...] = field(default=())
+    fingerprint: str = ""  # of its version folder and label files: unchanged means it can keep serving
     # Read on every request, so computed once rather than from the protobuf config each time.
     max_batch_size: int = field(init=False)
     version_text: str = field(init=False)
     all_outputs: tuple[RequestedOutput, ...] = field(init=False)  # what a request naming no outputs gets
 
+    # Requests between lookup and response. Touched on the event loop only; a retired version (replaced
+    # or unloaded) is stopped once it reaches zero, so no request in flight is dropped.
+    inflight: int = field(init=False, default=0)
+    retired: bool = field(init=False, default=False)
+    drained: threading.Event = field(init=False, default_factory=threading.Event)
+
     def __post_init__(self) -> None:
         self.max_batch_size = self.config.max_batch_size
         self.version_text = str(self.version)
         self.all_outputs = tuple(RequestedOutput(name) for name in self.output_names)
+
+    def request_done(self) -> None:
+        self.inflight -= 1
+        if self.retired and self.inflight == 0:
+            self.drained.set()
+
+    def retire(self, timeout_s: float) -> None:
+        """Wait (from a thread other than the event loop) for requests in flight, then stop."""
+        self.retired = True
+        # If the loop finished the last request before `retired` was set, it did not set the event.
+        if self.inflight > 0 and not self.drained.wait(timeout_s):
+            logging.getLogger(__name__).warning(
+                "model '%s' version %d: %d requests still in flight after %.0f s; stopping it anyway",
+                self.name,
+                self.version,
+                self.inflight,
+                timeout_s,
+            )
+        self.scheduler.stop()
 
     def stop(self) -> None:
         self.scheduler.stop()

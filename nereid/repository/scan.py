@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,3 +61,18 @@ def select_versions(policy: mc.ModelVersionPolicy, available: list[int]) -> list
         return sorted(set(policy.specific.versions))
     count = policy.latest.num_versions if choice == "latest" else 1
     return ordered[-count:] if count > 0 else []
+
+
+def tree_fingerprint(path: Path) -> str:
+    """Changes when any file under `path` is added, removed, resized or rewritten (by its mtime)."""
+    digest = hashlib.sha1()
+    for folder, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            file = os.path.join(folder, name)
+            try:
+                stat = os.stat(file)
+            except OSError:  # removed while we looked: the next look sees the change
+                continue
+            digest.update(f"{os.path.relpath(file, path)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()

@@ -10,7 +10,9 @@ import http.client
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,24 +63,30 @@ def nereid_repository(root: Path) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    base = tmp_path_factory.mktemp("differential")
+@contextmanager
+def server_pair(base: Path, *flags: str) -> Iterator[tuple[str, str]]:
+    """The real Triton on the Python twins and Nereid on their ONNX versions, both with `flags`."""
     twins = base / "twins"
     shutil.copytree(HERE / "triton_twins", twins)
     port = free_port()
     command, env = triton_command(twins, port)
     log = (base / "triton.log").open("wb")
-    triton = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    triton = subprocess.Popen([*command, *flags], stdout=log, stderr=subprocess.STDOUT, env=env)
     nereid = None
     try:
         wait_ready(f"127.0.0.1:{port}", triton, timeout=120)
-        nereid = start_nereid(nereid_repository(base / "nereid_repository"), base / "nereid.log")
+        nereid = start_nereid(nereid_repository(base / "nereid_repository"), base / "nereid.log", *flags)
         yield f"127.0.0.1:{port}", nereid.url
     finally:
         stop(triton)
         if nereid is not None:
             stop(nereid.process)
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    with server_pair(tmp_path_factory.mktemp("differential")) as urls:
+        yield urls
 
 
 def _send(url: str, case: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
@@ -138,8 +146,17 @@ def _same_shape(triton: Any, nereid: Any, path: str, ignore: set[str]) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_same_answer(servers: tuple[str, str], case: dict[str, Any]) -> None:
-    triton_url, nereid_url = servers
+    compare(*servers, case)
+
+
+def compare(triton_url: str, nereid_url: str, case: dict[str, Any]) -> None:
+    """Send `case` to both servers; assert the same status and the same JSON shape or error."""
     t_status, t_headers, t_body = _send(triton_url, case)
+    deadline = time.monotonic() + 30
+    # `settle`: Triton answers unload while the model is still UNLOADING; Nereid once it is done.
+    while case.get("settle") and b"UNLOADING" in t_body and time.monotonic() < deadline:
+        time.sleep(0.1)
+        t_status, t_headers, t_body = _send(triton_url, case)
     n_status, n_headers, n_body = _send(nereid_url, case)
     assert n_status == case.get("nereid_status", t_status), (
         f"status: Triton {t_status} {t_body[:300]!r}, Nereid {n_status} {n_body[:300]!r}"
@@ -149,7 +166,11 @@ def test_same_answer(servers: tuple[str, str], case: dict[str, Any]) -> None:
     if t_status >= 400 or n_status >= 400:
         _same_error(case, t_json, n_json)
         return
-    _same_shape(t_json, n_json, "$", set(case.get("ignore", [])))
+    try:
+        _same_shape(t_json, n_json, "$", set(case.get("ignore", [])))
+    except AssertionError as exc:
+        first = str(exc).splitlines()[0]
+        raise AssertionError(f"{first}; Triton {t_json!r:.600}, Nereid {n_json!r:.600}") from None
     assert t_tail == n_tail, "binary tensor data differs"
 
 

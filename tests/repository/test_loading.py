@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nereid.errors import NotFound, Unavailable
+from nereid.errors import NotFound
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
 from tests.conftest import EXAMPLES
@@ -48,7 +48,7 @@ def test_auto_complete_can_be_disabled(tmp_path: Path) -> None:
     _model(tmp_path, "bare")
     manager = _manager(tmp_path, auto_complete_config=False)
     try:
-        with pytest.raises(Unavailable, match="no available versions"):
+        with pytest.raises(NotFound, match="no available versions"):
             manager.get("bare")
         (row,) = manager.index()
         assert row["state"] == "UNAVAILABLE" and "no inputs or outputs" in row["reason"]
@@ -119,8 +119,10 @@ def test_a_name_in_two_repositories_fails_only_that_model(tmp_path: Path) -> Non
     manager = _manager(first, second)
     try:
         assert manager.get("once").version == 1
-        with pytest.raises(Unavailable):
+        with pytest.raises(NotFound, match="no available versions"):
             manager.get("twice")
+        (row,) = [r for r in manager.index() if r["name"] == "twice"]
+        assert row["state"] == "UNAVAILABLE" and "two model repositories" in row["reason"]
     finally:
         manager.stop()
 

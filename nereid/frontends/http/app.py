@@ -11,7 +11,7 @@ import orjson
 
 from nereid.datatypes import element_size
 from nereid.engine import Engine
-from nereid.errors import InvalidArgument, NereidError, Status
+from nereid.errors import Forbidden, InvalidArgument, NereidError, Status
 from nereid.frontends.http.codec import (
     decode_infer_request,
     decode_raw_binary_request,
@@ -20,6 +20,7 @@ from nereid.frontends.http.codec import (
 )
 from nereid.frontends.http.compression import choose_encoding, compress, decompress
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
+from nereid.frontends.http.repository import decode_index_request, decode_load_request, decode_unload_request
 from nereid.repository import ModelVersion
 from nereid.request_checks import request_prefix
 from nereid.settings import ServerSettings
@@ -31,16 +32,25 @@ HTTP_STATUS = {
     Status.NOT_FOUND: 404,
     Status.UNAVAILABLE: 503,
     Status.UNSUPPORTED: 501,
+    Status.PERMISSION_DENIED: 403,
 }
 
 _JSON = (b"content-type", b"application/json")
 _OCTET = (b"content-type", b"application/octet-stream")
 _TEXT = (b"content-type", b"text/plain")
 _MODEL_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats))?")
+_REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(?:(index)|models/([^/]+)/(load|unload))")
 _LATER = re.compile(
-    r"/v2/(?:models/stats|repository(?:/[^/]+)?/(?:index|models/[^/]+/(?:load|unload))|trace/setting|logging"
+    r"/v2/(?:models/stats|trace/setting|logging"
     r"|models/[^/]+/trace/setting|(?:system|cuda)sharedmemory(?:/region/[^/]+)?/(?:status|register|unregister))"
 )
+_GROUP_BY_ACTION = {
+    None: "metadata",
+    "infer": "inference",
+    "ready": "health",
+    "config": "model-config",
+    "stats": "statistics",
+}
 
 
 def _json(status: int, value: Any) -> HttpResponse:
@@ -61,9 +71,12 @@ class HttpFrontend:
     def __init__(self, engine: Engine, settings: ServerSettings) -> None:
         self._engine = engine
         self._max_input = settings.http_max_input_size
+        self._restricted = {group: rule for rule in settings.http_restricted_api for group in rule.groups}
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         try:
+            if self._restricted:
+                self._check_restricted(request)
             response, compressible = await self._route(request)
         except _MethodNotAllowed:
             return _text(405, error_body("Method Not Allowed"))
@@ -113,10 +126,37 @@ class HttpFrontend:
         if path == "/v2":
             _allow(method, "GET")
             return _json(200, engine.server_metadata()), False
+        if path.startswith("/v2/repository"):
+            match = _REPOSITORY_ROUTE.fullmatch(path)
+            if match is not None:
+                _allow(method, "POST")
+                return await self._repository(
+                    match.group(1), match.group(2), match.group(3), request.body
+                ), False
         if _LATER.fullmatch(path) or _MODEL_ROUTE.fullmatch(path):
             message = f"'{path}' belongs to an extension this server does not implement yet"
             return error_response(501, message), False
         return _text(404, error_body("Not Found")), False
+
+    async def _repository(
+        self, index: str | None, name: str | None, action: str | None, body: bytes
+    ) -> HttpResponse:
+        if index:
+            return _json(200, self._engine.repository_index(decode_index_request(body)))
+        assert name is not None  # the route matched either index or a model action
+        if action == "load":
+            config, files = decode_load_request(body, name)
+            await self._engine.load_model(name, config, files)
+        else:
+            decode_unload_request(body)
+            await self._engine.unload_model(name)
+        return HttpResponse(200, b"", [_JSON])
+
+    def _check_restricted(self, request: HttpRequest) -> None:
+        group = _api_group(request.path)
+        rule = self._restricted.get(group) if group else None
+        if rule is not None and request.headers.get(rule.header) != rule.value:
+            raise Forbidden(f"This API is restricted, expecting header '{rule.header}'")
 
     async def _infer(self, name: str, version: str, request: HttpRequest) -> HttpResponse:
         headers = request.headers
@@ -138,6 +178,26 @@ class HttpFrontend:
         return HttpResponse(
             200, payload, [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
         )
+
+
+def _api_group(path: str) -> str | None:
+    """The API group a path belongs to, in --http-restricted-api's terms."""
+    if path.startswith("/v2/health/"):
+        return "health"
+    if path == "/v2":
+        return "metadata"
+    if path.startswith("/v2/repository"):
+        return "model-repository"
+    if path == "/v2/models/stats":
+        return "statistics"
+    if path.endswith("/trace/setting"):
+        return "trace"
+    if path == "/v2/logging":
+        return "logging"
+    if "sharedmemory" in path:
+        return "shared-memory"
+    match = _MODEL_ROUTE.fullmatch(path)
+    return _GROUP_BY_ACTION.get(match.group(3)) if match is not None else None
 
 
 def _allow(method: str, allowed: str) -> None:

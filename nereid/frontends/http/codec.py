@@ -246,7 +246,7 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
         if parsed.dtype != dtype:
             low, high = _INT_BOUNDS[dtype]
             # Python's min/max beat two numpy reductions on the small flat lists JSON requests carry.
-            small = len(data) == count and count <= 256
+            small = parsed.ndim == 1 and count <= 256
             if (min(data) if small else parsed.min()) < low or (max(data) if small else parsed.max()) > high:
                 raise InvalidArgument(f"input '{name}': a value is out of range for {datatype}")
     elif kind not in _FLOAT_KINDS:

@@ -1,0 +1,71 @@
+"""Bodies of the model repository extension: index, load (config and base64 files) and unload."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import orjson
+
+from nereid.errors import InvalidArgument
+
+
+def _request_object(body: bytes) -> dict[str, Any]:
+    """The JSON object of a repository request; an empty body is an empty object."""
+    if not body.strip():
+        return {}
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    return document
+
+
+def _request_parameters(body: bytes) -> dict[str, Any]:
+    parameters = _request_object(body).get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise InvalidArgument("attempt to get members for non-object: 'parameters' must be a JSON object")
+    return parameters
+
+
+def decode_index_request(body: bytes) -> bool:
+    """`ready` of a repository index request."""
+    ready = _request_object(body).get("ready", False)
+    if not isinstance(ready, bool):
+        raise InvalidArgument("Unable to parse 'ready': attempt to access JSON non-boolean as boolean")
+    return ready
+
+
+def decode_load_request(body: bytes, model_name: str) -> tuple[str | None, dict[str, bytes]]:
+    """The `config` override and the `file:<path>` contents (base64 on the wire) of a load request."""
+    config: str | None = None
+    files: dict[str, bytes] = {}
+    for key, value in _request_parameters(body).items():
+        if not isinstance(value, str):
+            raise InvalidArgument(
+                f"load of model '{model_name}': parameter '{key}' must be a string: attempt to access JSON "
+                "non-string as string"
+            )
+        if key == "config":
+            config = value
+        elif key.startswith("file:"):
+            try:
+                files[key] = base64.b64decode(value, validate=True)
+            except binascii.Error as exc:
+                raise InvalidArgument(
+                    f"load of model '{model_name}': parameter '{key}' is not valid base64: {exc}"
+                ) from None
+    return config, files
+
+
+def decode_unload_request(body: bytes) -> bool:
+    """`unload_dependents` of an unload request."""
+    value = _request_parameters(body).get("unload_dependents", False)
+    if not isinstance(value, bool):
+        raise InvalidArgument(
+            "Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean"
+        )
+    return value

@@ -1,0 +1,62 @@
+"""Models delivered whole through the load API (`file:<path>` parameters), kept in private folders."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path, PurePosixPath
+
+from nereid.errors import InvalidArgument
+
+FILE_PREFIX = "file:"
+
+
+def checked_relative_path(model_name: str, key: str) -> PurePosixPath:
+    """The path named by a `file:` parameter, refused if it could land outside the model's folder."""
+    text = key[len(FILE_PREFIX) :]
+    path = PurePosixPath(text)
+    if (
+        not text
+        or "\\" in text
+        or "\0" in text
+        or path.is_absolute()
+        or any(part in ("", ".", "..") for part in text.split("/"))
+    ):
+        raise InvalidArgument(
+            f"load of model '{model_name}': file parameter '{key}' must be a relative path inside the model "
+            "folder (no '..', no absolute paths, no empty parts)"
+        )
+    return path
+
+
+def check_model_name(name: str) -> None:
+    """A model name becomes a folder name: it may not climb out of or nest inside the repository."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise InvalidArgument(f"'{name}' is not a valid model name: it must be a single folder name")
+
+
+def write_model_folder(model_name: str, files: dict[str, bytes]) -> Path:
+    """Write the files under a new private folder; returns `<folder>/<model_name>`."""
+    check_model_name(model_name)
+    relative = {checked_relative_path(model_name, key): data for key, data in files.items()}
+    root = Path(tempfile.mkdtemp(prefix="nereid-model-"))
+    model_dir = root / model_name
+    try:
+        model_dir.mkdir()
+        for path, data in relative.items():
+            target = model_dir.joinpath(*path.parts)
+            # The folder is new and private, and we create every entry in it, so no link can redirect a write.
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(target, "xb") as out:
+                    out.write(data)
+            except OSError as exc:  # e.g. one parameter names a file, another a folder at the same path
+                raise InvalidArgument(f"load of model '{model_name}': cannot write '{path}': {exc}") from None
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return model_dir
+
+
+def remove_model_folder(model_dir: Path) -> None:
+    shutil.rmtree(model_dir.parent, ignore_errors=True)

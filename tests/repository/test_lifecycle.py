@@ -1,0 +1,197 @@
+"""Loading, reloading and unloading models while they serve: explicit and poll modes, in process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nereid.errors import InvalidArgument, NotFound, Unavailable
+from nereid.repository import ModelManager
+from nereid.settings import ServerSettings
+from tests.conftest import EXAMPLES
+
+SIMPLE_ONNX = EXAMPLES / "simple" / "1" / "model.onnx"
+CONFIG = 'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+
+
+def _version(root: Path, name: str, version: int) -> None:
+    (root / name / str(version)).mkdir(parents=True)
+    shutil.copy(SIMPLE_ONNX, root / name / str(version) / "model.onnx")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    for name in ("alpha", "beta"):
+        _version(tmp_path, name, 1)
+        (tmp_path / name / "config.pbtxt").write_text(CONFIG)
+    return tmp_path
+
+
+@pytest.fixture
+def explicit(repo: Path) -> Iterator[ModelManager]:
+    manager = ModelManager(
+        ServerSettings(model_repositories=(repo,), model_control_mode="explicit", load_models=("alpha",))
+    )
+    manager.start()
+    yield manager
+    manager.stop()
+
+
+def test_explicit_mode_loads_only_what_is_asked(explicit: ModelManager) -> None:
+    assert explicit.get("alpha").version == 1
+    with pytest.raises(NotFound, match="'beta' is not found"):
+        explicit.get("beta")
+    assert explicit.index() == [
+        {"name": "alpha", "version": "1", "state": "READY"},
+        {"name": "beta"},
+    ]
+    assert explicit.index(ready_only=True) == [{"name": "alpha", "version": "1", "state": "READY"}]
+
+
+def test_load_unknown_model_names_the_reason(explicit: ModelManager) -> None:
+    with pytest.raises(InvalidArgument, match="no model folder named 'gamma'"):
+        explicit.load("gamma")
+
+
+def test_reload_serves_the_new_version_and_retires_the_old(explicit: ModelManager, repo: Path) -> None:
+    old = explicit.get("alpha")
+    _version(repo, "alpha", 2)
+    explicit.load("alpha")
+    assert explicit.get("alpha").version == 2
+    assert old.retired and old.drained is not None
+    with pytest.raises(NotFound, match="version 1 is not found"):
+        explicit.get("alpha", "1")
+
+
+def test_reload_without_changes_keeps_the_serving_instances(explicit: ModelManager) -> None:
+    before = explicit.get("alpha")
+    explicit.load("alpha")
+    assert explicit.get("alpha") is before and not before.retired
+
+
+def test_failed_reload_keeps_the_old_version_serving(explicit: ModelManager, repo: Path) -> None:
+    old = explicit.get("alpha")
+    (repo / "alpha" / "2").mkdir()
+    (repo / "alpha" / "2" / "model.onnx").write_bytes(b"not an onnx file")
+    with pytest.raises(InvalidArgument, match="load failed for model 'alpha'.*keep serving"):
+        explicit.load("alpha")
+    assert explicit.get("alpha") is old and not old.retired
+
+
+def test_unload_then_load_again(explicit: ModelManager) -> None:
+    explicit.unload("alpha")
+    with pytest.raises(NotFound, match="'alpha' has no available versions"):
+        explicit.get("alpha")
+    with pytest.raises(Unavailable, match="version 1 is not at ready state"):
+        explicit.get("alpha", "1")
+    assert {"name": "alpha", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in explicit.index()
+    explicit.unload("alpha")  # unloading twice, or an unknown model, is not an error
+    explicit.unload("nobody")
+    explicit.load("alpha")
+    assert explicit.get("alpha").version == 1
+
+
+def test_unload_waits_for_requests_in_flight(explicit: ModelManager) -> None:
+    model = explicit.get("alpha")
+    model.inflight += 1  # a request the event loop is serving
+    unloading = threading.Thread(target=explicit.unload, args=("alpha",))
+    unloading.start()
+    assert _wait_for(lambda: model.retired)
+    assert unloading.is_alive()  # still waiting for the request
+    assert explicit.index()[0]["state"] == "UNLOADING"
+    model.request_done()
+    unloading.join(10)
+    assert not unloading.is_alive()
+
+
+def test_config_override_replaces_config_pbtxt(explicit: ModelManager) -> None:
+    override = json.dumps({"platform": "onnxruntime_onnx", "max_batch_size": 2})
+    explicit.load("alpha", config=override)
+    assert explicit.get("alpha").config_json["max_batch_size"] == 2
+    with pytest.raises(InvalidArgument, match="names the model 'other'"):
+        explicit.load("alpha", config=json.dumps({"name": "other"}))
+    with pytest.raises(InvalidArgument, match="not valid JSON"):
+        explicit.load("alpha", config="{bad")
+    assert explicit.get("alpha").config_json["max_batch_size"] == 2  # still serving the override
+
+
+def test_model_delivered_as_files(explicit: ModelManager) -> None:
+    config = json.dumps({"platform": "onnxruntime_onnx", "max_batch_size": 4})
+    explicit.load("delivered", config=config, files={"file:1/model.onnx": SIMPLE_ONNX.read_bytes()})
+    assert explicit.get("delivered").version == 1
+    # it serves from a private folder, which unload removes
+    private = [p for p in Path(tempfile.gettempdir()).glob("nereid-model-*") if (p / "delivered").exists()]
+    assert len(private) == 1
+    explicit.unload("delivered")
+    assert not private[0].exists()
+    with pytest.raises(InvalidArgument, match="need a 'config' parameter"):
+        explicit.load("delivered", files={"file:1/model.onnx": b"x"})
+
+
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("ok", "file:../escape/model.onnx"),
+        ("ok", "file:/tmp/absolute/model.onnx"),
+        ("ok", "file:1/../../model.onnx"),
+        ("ok", "file:"),
+        ("ok", "file:1//model.onnx"),
+        ("../up", "file:1/model.onnx"),
+        ("a/b", "file:1/model.onnx"),
+        ("..", "file:1/model.onnx"),
+    ],
+)
+def test_paths_cannot_leave_the_private_folder(
+    explicit: ModelManager, tmp_path: Path, name: str, key: str
+) -> None:
+    before = set(Path(tempfile.gettempdir()).glob("nereid-model-*"))
+    with pytest.raises(InvalidArgument):
+        explicit.load(name, config="{}", files={key: b"payload"})
+    assert set(Path(tempfile.gettempdir()).glob("nereid-model-*")) == before
+    assert not (tmp_path / "escape").exists() and not Path("/tmp/absolute").exists()
+
+
+def test_poll_applies_changes_on_disk(repo: Path) -> None:
+    manager = ModelManager(ServerSettings(model_repositories=(repo,), model_control_mode="poll"))
+    manager.load_all()  # start() without the polling thread: poll() is driven by hand below
+    try:
+        assert manager.get("alpha").version == 1
+        _version(repo, "alpha", 2)
+        manager.poll()
+        assert manager.get("alpha").version == 2
+        # a half-written version does not take the serving one down
+        (repo / "alpha" / "3").mkdir()
+        (repo / "alpha" / "3" / "model.onnx").write_bytes(b"half written")
+        manager.poll()
+        assert manager.get("alpha").version == 2
+        # a new model appears, a removed one goes
+        _version(repo, "gamma", 1)
+        shutil.rmtree(repo / "beta")
+        manager.poll()
+        assert manager.get("gamma").version == 1
+        with pytest.raises(NotFound):
+            manager.get("beta")
+        manager.poll()  # nothing changed: nothing reloads
+        assert manager.get("gamma").version == 1
+    finally:
+        manager.stop()
+
+
+def _wait_for(condition: object, timeout: float = 10.0) -> bool:
+    done = threading.Event()
+    deadline = threading.Timer(timeout, done.set)
+    deadline.start()
+    try:
+        while not done.is_set():
+            if condition():  # type: ignore[operator]
+                return True
+            done.wait(0.005)
+        return False
+    finally:
+        deadline.cancel()
