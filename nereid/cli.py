@@ -31,7 +31,6 @@ NOT_YET_SUPPORTED = (
     "--allow-cpu-metrics",
     "--metrics-interval-ms",
     "--metrics-config",
-    "--allow-client-shm",
     "--trace-config",
     "--log-info",
     "--log-warning",
@@ -90,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=8002)
     p.add_argument("--model-control-mode", default="none", choices=["none", "explicit", "poll"])
     p.add_argument("--load-model", action="append", default=[], metavar="NAME", help="'*' loads every model")
+    p.add_argument("--allow-client-shm", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS")
     p.add_argument(
         "--http-restricted-api",
@@ -172,6 +172,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_model),
         repository_poll_secs=args.repository_poll_secs,
+        allow_client_shm=args.allow_client_shm,
         http_restricted_api=tuple(_restricted_api(item) for item in args.http_restricted_api),
         model_config_name=args.model_config_name,
         auto_complete_config=auto_complete,

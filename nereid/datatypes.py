@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import struct
 
 import ml_dtypes
@@ -132,3 +133,20 @@ def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes:
     if datatype == "BYTES":
         return serialize_bytes(array)
     return np.ascontiguousarray(array, dtype=_NUMPY[datatype]).tobytes()
+
+
+def tensor_from_bytes(
+    buffer: memoryview, datatype: str, shape: tuple[int, ...], name: str, model_name: str, prefix: str
+) -> np.ndarray:
+    """A tensor from its raw little-endian bytes (length-prefixed elements for BYTES), size checked."""
+    count = math.prod(shape)
+    if datatype == "BYTES":
+        return deserialize_bytes(buffer, count, name, model_name).reshape(shape)
+    expected = count * element_size(datatype)
+    if len(buffer) != expected:
+        raise InvalidArgument(
+            f"{prefix}input byte size mismatch for input '{name}' for model '{model_name}'. Expected {expected}, "
+            f"got {len(buffer)}"
+        )
+    # zero copy: the array is a view on the request body
+    return np.frombuffer(buffer, dtype=numpy_dtype(datatype)).reshape(shape)

@@ -9,11 +9,12 @@ import numpy as np
 
 from nereid import TRITON_PROTOCOL_VERSION
 from nereid.classification import classify
-from nereid.datatypes import wire_datatype
+from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
 from nereid.errors import InternalError, Unavailable
 from nereid.repository import ModelManager, ModelVersion
-from nereid.request_checks import backend_inputs, requested_outputs
+from nereid.request_checks import backend_inputs, request_prefix, requested_outputs
 from nereid.settings import ServerSettings
+from nereid.shared_memory import SharedMemoryRegistry, check_outputs_fit
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 # Extensions this server implements, named as Triton names them in server metadata.
@@ -21,6 +22,8 @@ EXTENSIONS = (
     "classification",
     "model_repository",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
 )
@@ -30,6 +33,7 @@ class Engine:
     def __init__(self, settings: ServerSettings, models: ModelManager) -> None:
         self._settings = settings
         self.models = models
+        self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
         self._live = True
 
     # health and metadata
@@ -66,13 +70,36 @@ class Engine:
         # Counted so that a reload or unload retires this version only once its requests are answered.
         model.inflight += 1
         try:
+            if self._uses_shared_memory(request):
+                self._read_shared_memory_inputs(model, request)
             inputs = backend_inputs(model, request)
             wanted = requested_outputs(model, request)
+            in_regions = {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
+            if in_regions:
+                check_outputs_fit(self.shared_memory, in_regions)
             results = await model.scheduler.execute(inputs, [o.name for o in wanted])
             outputs = [_output_tensor(model, o, results) for o in wanted]
+            for tensor in outputs:
+                if tensor.name in in_regions:
+                    tensor.shared_memory = in_regions[tensor.name]
+                    self.shared_memory.write(
+                        tensor.shared_memory, tensor.name, tensor_to_bytes(tensor.data, tensor.datatype)
+                    )
         finally:
             model.request_done()
         return InferResponse(model.name, model.version_text, outputs, request.id)
+
+    @staticmethod
+    def _uses_shared_memory(request: InferRequest) -> bool:
+        return any(tensor.shared_memory is not None for tensor in request.inputs)
+
+    def _read_shared_memory_inputs(self, model: ModelVersion, request: InferRequest) -> None:
+        for tensor in request.inputs:
+            if tensor.shared_memory is not None:
+                view = self.shared_memory.view(tensor.shared_memory)
+                tensor.data = tensor_from_bytes(
+                    view, tensor.datatype, tensor.shape, tensor.name, model.name, request_prefix(request.id)
+                )
 
     # model control
     async def load_model(
@@ -94,6 +121,7 @@ class Engine:
     def shutdown(self) -> None:
         self._live = False
         self.models.stop()
+        self.shared_memory.close()
 
 
 def _output_tensor(

@@ -38,6 +38,7 @@ class ServerSettings:
     http_port: int = 8000
     http_max_input_size: int = 64 * 1024 * 1024
     http_restricted_api: tuple[RestrictedApi, ...] = ()
+    allow_client_shm: bool = True  # clients may register system / CUDA shared memory regions
     # ports that later frontends serve
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"

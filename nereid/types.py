@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from nereid.shared_memory import SharedMemoryRef
+
 Parameters = dict[str, Any]
 
 
@@ -21,6 +23,7 @@ class InferTensor:
     shape: tuple[int, ...]
     data: np.ndarray
     parameters: Parameters = field(default_factory=dict)
+    shared_memory: SharedMemoryRef | None = None  # where the data is (inputs) or goes (outputs)
 
 
 @dataclass(slots=True)
@@ -31,6 +34,7 @@ class RequestedOutput:
     binary: bool | None = None
     class_count: int = 0
     parameters: Parameters = field(default_factory=dict)
+    shared_memory: SharedMemoryRef | None = None
 
 
 @dataclass(slots=True)

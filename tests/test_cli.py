@@ -38,10 +38,10 @@ def test_values_in_triton_style() -> None:
 
 
 def test_flags_of_later_versions_are_reported_not_ignored() -> None:
-    _, warnings = parse_settings(["--model-repository=/a", "--log-file=x.log", "--allow-client-shm=true"])
+    _, warnings = parse_settings(["--model-repository=/a", "--log-file=x.log", "--rate-limit=off"])
     assert warnings == [
-        "--allow-client-shm is not supported yet and has no effect",
         "--log-file is not supported yet and has no effect",
+        "--rate-limit is not supported yet and has no effect",
     ]
 
 

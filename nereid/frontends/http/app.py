@@ -20,7 +20,13 @@ from nereid.frontends.http.codec import (
 )
 from nereid.frontends.http.compression import choose_encoding, compress, decompress
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
-from nereid.frontends.http.repository import decode_index_request, decode_load_request, decode_unload_request
+from nereid.frontends.http.repository import (
+    decode_cuda_register,
+    decode_index_request,
+    decode_load_request,
+    decode_system_register,
+    decode_unload_request,
+)
 from nereid.repository import ModelVersion
 from nereid.request_checks import request_prefix
 from nereid.settings import ServerSettings
@@ -40,10 +46,10 @@ _OCTET = (b"content-type", b"application/octet-stream")
 _TEXT = (b"content-type", b"text/plain")
 _MODEL_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats))?")
 _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(?:(index)|models/([^/]+)/(load|unload))")
-_LATER = re.compile(
-    r"/v2/(?:models/stats|trace/setting|logging"
-    r"|models/[^/]+/trace/setting|(?:system|cuda)sharedmemory(?:/region/[^/]+)?/(?:status|register|unregister))"
+_SHARED_MEMORY_ROUTE = re.compile(
+    r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
 )
+_LATER = re.compile(r"/v2/(?:models/stats|trace/setting|logging|models/[^/]+/trace/setting)")
 _GROUP_BY_ACTION = {
     None: "metadata",
     "infer": "inference",
@@ -133,6 +139,12 @@ class HttpFrontend:
                 return await self._repository(
                     match.group(1), match.group(2), match.group(3), request.body
                 ), False
+        if "sharedmemory" in path:
+            match = _SHARED_MEMORY_ROUTE.fullmatch(path)
+            if match is not None:
+                kind, region, action = match.groups()
+                _allow(method, "GET" if action == "status" else "POST")
+                return self._shared_memory(kind, region, action, request.body), False
         if _LATER.fullmatch(path) or _MODEL_ROUTE.fullmatch(path):
             message = f"'{path}' belongs to an extension this server does not implement yet"
             return error_response(501, message), False
@@ -150,6 +162,22 @@ class HttpFrontend:
         else:
             decode_unload_request(body)
             await self._engine.unload_model(name)
+        return HttpResponse(200, b"", [_JSON])
+
+    def _shared_memory(self, kind: str, region: str | None, action: str, body: bytes) -> HttpResponse:
+        registry = self._engine.shared_memory
+        if action == "status":
+            status = registry.system_status if kind == "system" else registry.cuda_status
+            return _json(200, status(region))
+        if action == "unregister":
+            (registry.unregister_system if kind == "system" else registry.unregister_cuda)(region)
+            return HttpResponse(200, b"", [_JSON])
+        if region is None:  # register needs a region name in the path
+            return _text(404, error_body("Not Found"))
+        if kind == "system":
+            registry.register_system(region, *decode_system_register(body))
+        else:
+            registry.register_cuda(region, *decode_cuda_register(body))
         return HttpResponse(200, b"", [_JSON])
 
     def _check_restricted(self, request: HttpRequest) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -10,13 +9,13 @@ import orjson
 
 from nereid.datatypes import (
     WIRE_DATATYPES,
-    deserialize_bytes,
-    element_size,
     numpy_dtype,
+    tensor_from_bytes,
     tensor_to_bytes,
 )
-from nereid.errors import InvalidArgument, Unsupported
+from nereid.errors import InvalidArgument
 from nereid.request_checks import request_prefix
+from nereid.shared_memory import SharedMemoryRef
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
@@ -86,7 +85,7 @@ def decode_raw_binary_request(
 ) -> InferRequest:
     """The header-less form: the whole body is the one input of the model (batch 1)."""
     # Triton calls the tensor 'raw_input' in errors until it is matched to the model's input.
-    data = _from_binary(memoryview(body), datatype, shape, "raw_input", model_name, request_prefix(""))
+    data = tensor_from_bytes(memoryview(body), datatype, shape, "raw_input", model_name, request_prefix(""))
     tensor = InferTensor(input_name, datatype, shape, data)
     return InferRequest(model_name, model_version, [tensor], None, "", {"binary_data_output": True})
 
@@ -155,7 +154,9 @@ def _decode_input(
         ]
         raise InvalidArgument(_ONE_SOURCE + ("set " + " ".join(named) if named else "no field is set"))
     if in_shm:
-        raise Unsupported(f"input '{name}': shared memory inputs are not supported yet")
+        # resolved by the engine, which owns the registered regions
+        ref = _shared_memory_ref(parameters)
+        return InferTensor(name, datatype, shape, _NO_DATA, parameters, ref), 0
     if size is None:
         return InferTensor(
             name, datatype, shape, _from_json(raw["data"], datatype, shape, count, name), parameters
@@ -169,7 +170,7 @@ def _decode_input(
             f"unexpected size for input '{name}', expecting {offset + size - len(binary)} additional bytes "
             f"for model '{model_name}'"
         )
-    data = _from_binary(
+    data = tensor_from_bytes(
         binary[offset : offset + size], datatype, shape, name, model_name, request_prefix(request_id)
     )
     return InferTensor(name, datatype, shape, data, parameters), size
@@ -193,22 +194,6 @@ def _element_count(shape: tuple[Any, ...], name: str) -> int:
             "elements cannot be served"
         )
     return count
-
-
-def _from_binary(
-    buffer: memoryview, datatype: str, shape: tuple[int, ...], name: str, model_name: str, prefix: str
-) -> np.ndarray:
-    count = math.prod(shape)
-    if datatype == "BYTES":
-        return deserialize_bytes(buffer, count, name, model_name).reshape(shape)
-    expected = count * element_size(datatype)
-    if len(buffer) != expected:
-        raise InvalidArgument(
-            f"{prefix}input byte size mismatch for input '{name}' for model '{model_name}'. Expected {expected}, "
-            f"got {len(buffer)}"
-        )
-    # zero copy: the array is a view on the request body
-    return np.frombuffer(buffer, dtype=numpy_dtype(datatype)).reshape(shape)
 
 
 def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, name: str) -> np.ndarray:
@@ -319,6 +304,25 @@ def _wanted(datatype: str) -> str:
     return "integers" if datatype.startswith(("INT", "UINT")) else "numbers"
 
 
+_NO_DATA = np.empty(0, dtype=np.uint8)  # placeholder until the engine reads the shared memory region
+
+
+def _shared_memory_ref(parameters: dict[str, Any]) -> SharedMemoryRef:
+    region = parameters["shared_memory_region"]
+    offset = parameters.get("shared_memory_offset", 0)
+    size = parameters.get("shared_memory_byte_size", 0)
+    if not isinstance(region, str):
+        raise InvalidArgument(
+            "Unable to parse 'shared_memory_region': attempt to access JSON non-string as string"
+        )
+    for key, value in (("shared_memory_offset", offset), ("shared_memory_byte_size", size)):
+        if type(value) is not int or value < 0:
+            raise InvalidArgument(
+                f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer"
+            )
+    return SharedMemoryRef(region, offset, size)
+
+
 def _decode_outputs(raw: Any) -> list[RequestedOutput] | None:
     if raw is None:
         return None
@@ -330,8 +334,11 @@ def _decode_outputs(raw: Any) -> list[RequestedOutput] | None:
             raise InvalidArgument("Unable to parse 'outputs': each requested output must be a JSON object")
         name = _member(item, "name", str, "string")
         parameters = _parameters(item.get("parameters"), f"output '{name}'")
+        shared_memory = None
         if "shared_memory_region" in parameters:
-            raise Unsupported(f"output '{name}': shared memory outputs are not supported yet")
+            if parameters.get("binary_data") is True:
+                raise InvalidArgument("Output can't set both 'shared_memory_region' and 'binary_data'")
+            shared_memory = _shared_memory_ref(parameters)
         binary = parameters.get("binary_data")
         if binary is not None and not isinstance(binary, bool):
             raise InvalidArgument(
@@ -342,7 +349,7 @@ def _decode_outputs(raw: Any) -> list[RequestedOutput] | None:
             raise InvalidArgument(
                 "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer"
             )
-        outputs.append(RequestedOutput(name, binary, count, parameters))
+        outputs.append(RequestedOutput(name, binary, count, parameters, shared_memory))
     return outputs
 
 
@@ -363,7 +370,9 @@ def encode_infer_response(response: InferResponse, request: InferRequest) -> tup
             "datatype": tensor.datatype,
             "shape": list(tensor.shape),
         }
-        if binary:
+        if tensor.shared_memory is not None:
+            pass  # already written into the client's region
+        elif binary:
             blob = tensor_to_bytes(tensor.data, tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)

@@ -1,4 +1,5 @@
-"""Bodies of the model repository extension: index, load (config and base64 files) and unload."""
+"""Bodies of the control extensions: repository index, load (config and base64 files) and unload;
+shared memory registration."""
 
 from __future__ import annotations
 
@@ -69,3 +70,36 @@ def decode_unload_request(body: bytes) -> bool:
             "Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean"
         )
     return value
+
+
+def _register_field(document: dict[str, Any], key: str, kind: type, kind_text: str) -> Any:
+    if key not in document:
+        raise InvalidArgument(f"Shared memory register request has no '{key}' field")
+    value = document[key]
+    negative = isinstance(value, int) and value < 0
+    if type(value) is not kind or negative:
+        raise InvalidArgument(
+            f"Unable to parse '{key}': attempt to access JSON non-{kind_text} as {kind_text}"
+        )
+    return value
+
+
+def decode_system_register(body: bytes) -> tuple[str, int, int]:
+    """`key`, `offset` and `byte_size` of a system shared memory register request."""
+    document = _request_object(body)
+    key = _register_field(document, "key", str, "string")
+    offset = _register_field(document, "offset", int, "unsigned-integer") if "offset" in document else 0
+    size = _register_field(document, "byte_size", int, "unsigned-integer")
+    return key, offset, size
+
+
+def decode_cuda_register(body: bytes) -> tuple[str, int, int]:
+    """`raw_handle` (base64 text), `device_id` and `byte_size` of a CUDA shared memory register request."""
+    document = _request_object(body)
+    handle = _register_field(document, "raw_handle", dict, "object")
+    b64 = handle.get("b64")
+    if not isinstance(b64, str):
+        raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+    device = _register_field(document, "device_id", int, "unsigned-integer")
+    size = _register_field(document, "byte_size", int, "unsigned-integer")
+    return b64, device, size

@@ -1,0 +1,180 @@
+"""Triton's shared-memory extensions: regions clients register, that inputs are read from and outputs
+written into, within the registered bounds only.
+
+System regions are POSIX shared memory objects (`/dev/shm/<key>`), mapped once at registration.
+CUDA regions need a GPU host and the `cupy` extra; without them, registration says why.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import mmap
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from nereid.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound, Unavailable
+
+_SHM_ROOT = "/dev/shm"
+# A POSIX shared memory name: one leading slash at most, then one path component.
+_KEY = re.compile(r"/?[^/\0]+")
+
+
+@dataclass(frozen=True)
+class SharedMemoryRef:
+    """Where a request's tensor lives: `byte_size` bytes at `offset` inside a registered region."""
+
+    region: str
+    offset: int
+    byte_size: int
+
+
+@dataclass
+class _SystemRegion:
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+    mapping: mmap.mmap
+    fd: int  # kept open to notice a client shrinking the object, which would fault reads past its end
+
+    def status(self) -> dict[str, Any]:
+        return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
+
+
+class SharedMemoryRegistry:
+    """Registered regions by name; safe to use from the event loop and from worker threads."""
+
+    def __init__(self, allowed: bool = True) -> None:
+        self._allowed = allowed
+        self._system: dict[str, _SystemRegion] = {}
+        self._lock = threading.Lock()
+
+    # system shared memory
+    def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self._check_allowed()
+        if not _KEY.fullmatch(key) or key.strip("/") in (".", ".."):
+            raise InvalidArgument(
+                f"Unable to open shared memory region: '{key}': a key is one POSIX shared memory name, "
+                "such as '/my_region'"
+            )
+        if offset < 0 or byte_size < 0:
+            raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
+        with self._lock:
+            if name in self._system:
+                raise AlreadyExists(f"shared memory region '{name}' already in manager")
+            path = os.path.join(_SHM_ROOT, key.lstrip("/"))
+            try:
+                # O_NOFOLLOW: a link planted in /dev/shm cannot point the server at another file.
+                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+            except OSError as exc:
+                raise InvalidArgument(
+                    f"Unable to open shared memory region: '{key}': {exc.strerror}"
+                ) from None
+            try:
+                size = os.fstat(fd).st_size
+                if offset + byte_size > size or byte_size == 0:
+                    raise InvalidArgument(
+                        f"failed to register shared memory region '{name}': invalid args (offset {offset} + "
+                        f"byte_size {byte_size} does not fit the {size} bytes of '{key}')"
+                    )
+                mapping = mmap.mmap(fd, offset + byte_size)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._system[name] = _SystemRegion(name, key, offset, byte_size, mapping, fd)
+
+    def unregister_system(self, name: str | None = None) -> None:
+        """Forget one region (or all). Requests still reading it keep their mapping until they finish."""
+        with self._lock:
+            names = list(self._system) if name is None else [name]
+            for region_name in names:
+                region = self._system.pop(region_name, None)
+                if region is not None:
+                    # The mapping is not closed here: arrays of requests in flight may still view it; it is
+                    # unmapped once the last of them is gone.
+                    os.close(region.fd)
+
+    def system_status(self, name: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            if name is None:
+                return [region.status() for region in self._system.values()]
+            region = self._system.get(name)
+        if region is None:
+            raise NotFound(f"Unable to find system shared memory region: '{name}'")
+        return [region.status()]
+
+    # CUDA shared memory
+    def register_cuda(self, name: str, raw_handle: str, device_id: int, byte_size: int) -> None:
+        self._check_allowed()
+        try:
+            handle = base64.b64decode(raw_handle, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t") from None
+        if len(handle) != 64:
+            raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+        raise Unavailable(
+            f"failed to register CUDA shared memory region '{name}': this server has no CUDA device "
+            "support (a GPU host with nereid[cuda] installed is needed)"
+        )
+
+    def cuda_status(self, name: str | None = None) -> list[dict[str, Any]]:
+        if name is not None:
+            raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
+        return []
+
+    def unregister_cuda(self, name: str | None = None) -> None:
+        """Nothing is ever registered without CUDA support; unregistering is a no-op, as for unknown names."""
+
+    # tensors
+    def view(self, ref: SharedMemoryRef) -> memoryview:
+        """The bytes a request names, checked against the region's bounds."""
+        with self._lock:
+            region = self._system.get(ref.region)
+        if region is None:
+            raise NotFound(f"Unable to find shared memory region: '{ref.region}'")
+        if ref.offset < 0 or ref.byte_size <= 0 or ref.offset + ref.byte_size > region.byte_size:
+            raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{ref.region}'")
+        start = region.offset + ref.offset
+        try:
+            size = os.fstat(region.fd).st_size
+        except OSError:  # unregistered (and its descriptor closed) since the lookup above
+            raise NotFound(f"Unable to find shared memory region: '{ref.region}'") from None
+        if start + ref.byte_size > size:
+            raise InvalidArgument(
+                f"shared memory region '{ref.region}' shrank to {size} bytes after it was registered"
+            )
+        return memoryview(region.mapping)[start : start + ref.byte_size]
+
+    def write(self, ref: SharedMemoryRef, output: str, data: bytes) -> None:
+        target = self.view(ref)
+        raw = memoryview(data)
+        if raw.nbytes > ref.byte_size:
+            raise InvalidArgument(
+                f"shared memory size specified with the request for output '{output}' ({ref.byte_size} bytes) "
+                f"should be at least {raw.nbytes} bytes to hold the results"
+            )
+        target[: raw.nbytes] = raw
+
+    def close(self) -> None:
+        self.unregister_system()
+
+    def _check_allowed(self) -> None:
+        if not self._allowed:
+            raise Forbidden("shared memory is disabled on this server (--allow-client-shm=false)")
+
+
+def check_outputs_fit(registry: SharedMemoryRegistry, refs: dict[str, SharedMemoryRef]) -> None:
+    """Before running: every output region exists and holds its span, and no two outputs overlap
+    (they would overwrite each other)."""
+    for ref in refs.values():
+        registry.view(ref)
+    spans = sorted((ref.region, ref.offset, ref.offset + ref.byte_size, name) for name, ref in refs.items())
+    for (region_a, _, end_a, name_a), (region_b, start_b, _, name_b) in zip(spans, spans[1:], strict=False):
+        if region_a == region_b and start_b < end_a:
+            raise InvalidArgument(
+                f"outputs '{name_a}' and '{name_b}' overlap in shared memory region '{region_a}'"
+            )

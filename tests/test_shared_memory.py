@@ -1,0 +1,116 @@
+"""The shared memory registry: registration rules, bounds on every read and write, refusals."""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.utils.shared_memory as shm
+
+from nereid.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound, Unavailable
+from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
+
+
+@pytest.fixture
+def region() -> Iterator[tuple[str, object]]:
+    key = f"/nereid_test_{uuid.uuid4().hex[:8]}"
+    handle = shm.create_shared_memory_region("r", key, 64)
+    shm.set_shared_memory_region(handle, [np.arange(16, dtype=np.int32)])
+    yield key, handle
+    shm.destroy_shared_memory_region(handle)
+
+
+def test_register_view_write_status_unregister(region: tuple[str, object]) -> None:
+    key, handle = region
+    registry = SharedMemoryRegistry()
+    registry.register_system("r", key, 16, 48)
+    assert registry.system_status() == [{"name": "r", "key": key, "offset": 16, "byte_size": 48}]
+    view = registry.view(SharedMemoryRef("r", 0, 16))  # offsets are relative to the registered start
+    assert np.frombuffer(view, np.int32).tolist() == [4, 5, 6, 7]
+    registry.write(SharedMemoryRef("r", 16, 8), "OUT", np.array([-1, -2], np.int32).tobytes())
+    assert shm.get_contents_as_numpy(handle, np.int32, [16])[8:10].tolist() == [-1, -2]
+    with pytest.raises(AlreadyExists, match="already in manager"):
+        registry.register_system("r", key, 0, 16)
+    registry.unregister_system("r")
+    registry.unregister_system("r")  # twice, or unknown: not an error
+    assert registry.system_status() == []
+    with pytest.raises(NotFound, match="Unable to find system shared memory region: 'r'"):
+        registry.system_status("r")
+
+
+@pytest.mark.parametrize("key", ["/../../etc/passwd", "/a/b", "", "/..", "/nereid_no_such_region"])
+def test_keys_that_cannot_be_opened(key: str) -> None:
+    with pytest.raises(InvalidArgument, match="Unable to open shared memory region"):
+        SharedMemoryRegistry().register_system("x", key, 0, 16)
+
+
+def test_a_link_in_dev_shm_is_not_followed(tmp_path: object) -> None:
+    name = f"nereid_link_{uuid.uuid4().hex[:8]}"
+    os.symlink("/etc/hostname", f"/dev/shm/{name}")
+    try:
+        with pytest.raises(InvalidArgument, match="Unable to open"):
+            SharedMemoryRegistry().register_system("x", "/" + name, 0, 4)
+    finally:
+        os.unlink(f"/dev/shm/{name}")
+
+
+@pytest.mark.parametrize("offset, size", [(0, 65), (60, 8), (64, 1), (0, 0)])
+def test_registration_must_fit_the_object(region: tuple[str, object], offset: int, size: int) -> None:
+    with pytest.raises(InvalidArgument, match="invalid args"):
+        SharedMemoryRegistry().register_system("x", region[0], offset, size)
+
+
+@pytest.mark.parametrize(
+    "ref", [SharedMemoryRef("r", 0, 65), SharedMemoryRef("r", 60, 8), SharedMemoryRef("r", 0, 0)]
+)
+def test_reads_stay_inside_the_region(region: tuple[str, object], ref: SharedMemoryRef) -> None:
+    registry = SharedMemoryRegistry()
+    registry.register_system("r", region[0], 0, 64)
+    with pytest.raises(InvalidArgument, match="Invalid offset \\+ byte size for shared memory region: 'r'"):
+        registry.view(ref)
+    with pytest.raises(NotFound, match="Unable to find shared memory region: 'other'"):
+        registry.view(SharedMemoryRef("other", 0, 4))
+
+
+def test_outputs_must_fit_and_not_overlap(region: tuple[str, object]) -> None:
+    registry = SharedMemoryRegistry()
+    registry.register_system("r", region[0], 0, 64)
+    with pytest.raises(InvalidArgument, match="should be at least 64 bytes"):
+        registry.write(SharedMemoryRef("r", 0, 16), "OUTPUT0", bytes(64))
+    with pytest.raises(InvalidArgument, match="outputs 'A' and 'B' overlap"):
+        check_outputs_fit(registry, {"A": SharedMemoryRef("r", 0, 32), "B": SharedMemoryRef("r", 16, 32)})
+    check_outputs_fit(registry, {"A": SharedMemoryRef("r", 0, 32), "B": SharedMemoryRef("r", 32, 32)})
+
+
+def test_unregistered_while_in_use_keeps_the_request_safe(region: tuple[str, object]) -> None:
+    registry = SharedMemoryRegistry()
+    registry.register_system("r", region[0], 0, 64)
+    array = np.frombuffer(registry.view(SharedMemoryRef("r", 0, 64)), np.int32)
+    registry.unregister_system()
+    assert array.tolist() == list(range(16))  # the mapping outlives the registration
+    with pytest.raises(NotFound):
+        registry.view(SharedMemoryRef("r", 0, 64))
+
+
+def test_a_region_shrunk_by_its_client_is_refused(region: tuple[str, object]) -> None:
+    key, _ = region
+    registry = SharedMemoryRegistry()
+    registry.register_system("r", key, 0, 64)
+    os.truncate(f"/dev/shm{key}", 16)
+    with pytest.raises(InvalidArgument, match="shrank to 16 bytes"):
+        registry.view(SharedMemoryRef("r", 0, 64))
+
+
+def test_disabled_and_cuda_without_a_gpu() -> None:
+    with pytest.raises(Forbidden, match="--allow-client-shm=false"):
+        SharedMemoryRegistry(allowed=False).register_system("x", "/k", 0, 4)
+    registry = SharedMemoryRegistry()
+    assert registry.cuda_status() == []
+    with pytest.raises(InvalidArgument, match="valid base64 encoded cudaIpcMemHandle_t"):
+        registry.register_cuda("c", "AAAA", 0, 16)
+    with pytest.raises(Unavailable, match="no CUDA device support"):
+        registry.register_cuda("c", base64.b64encode(bytes(64)).decode(), 0, 16)
