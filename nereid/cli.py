@@ -27,9 +27,6 @@ NOT_YET_SUPPORTED = (
     "--grpc-keepalive-timeout",
     "--grpc-restricted-protocol",
     "--grpc-header-forward-pattern",
-    "--allow-gpu-metrics",
-    "--allow-cpu-metrics",
-    "--metrics-interval-ms",
     "--metrics-config",
     "--trace-config",
     "--log-info",
@@ -89,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=8002)
     p.add_argument("--model-control-mode", default="none", choices=["none", "explicit", "poll"])
     p.add_argument("--load-model", action="append", default=[], metavar="NAME", help="'*' loads every model")
+    p.add_argument("--metrics-interval-ms", type=int, default=2000)
+    p.add_argument("--allow-cpu-metrics", type=_bool, default=True, metavar="BOOL")
+    p.add_argument(
+        "--allow-gpu-metrics", type=_bool, default=True, metavar="BOOL", help="no effect without a GPU"
+    )
     p.add_argument("--allow-client-shm", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS")
     p.add_argument(
@@ -169,6 +171,8 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,
+        metrics_interval_ms=args.metrics_interval_ms,
+        allow_cpu_metrics=args.allow_cpu_metrics,
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_model),
         repository_poll_secs=args.repository_poll_secs,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,15 +14,17 @@ from nereid.classification import classify
 from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
 from nereid.errors import InternalError, Unavailable
 from nereid.repository import ModelManager, ModelVersion
-from nereid.request_checks import backend_inputs, request_prefix, requested_outputs
+from nereid.request_checks import backend_inputs, inputs_batch_size, request_prefix, requested_outputs
 from nereid.settings import ServerSettings
-from nereid.shared_memory import SharedMemoryRegistry, check_outputs_fit
+from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
+from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 # Extensions this server implements, named as Triton names them in server metadata.
 EXTENSIONS = (
     "classification",
     "model_repository",
+    "statistics",
     "model_configuration",
     "system_shared_memory",
     "cuda_shared_memory",
@@ -66,32 +70,61 @@ class Engine:
 
     # inference
     async def infer(self, request: InferRequest) -> InferResponse:
+        start = time.perf_counter_ns()
         model = self.models.get(request.model_name, request.model_version)
         # Counted so that a reload or unload retires this version only once its requests are answered.
         model.inflight += 1
         try:
-            if self._uses_shared_memory(request):
-                self._read_shared_memory_inputs(model, request)
+            for tensor in request.inputs:
+                if tensor.shared_memory is not None:
+                    self._read_shared_memory_inputs(model, request)
+                    break
             inputs = backend_inputs(model, request)
             wanted = requested_outputs(model, request)
-            in_regions = {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
+            in_regions = _output_regions(wanted) if request.outputs else None
             if in_regions:
                 check_outputs_fit(self.shared_memory, in_regions)
-            results = await model.scheduler.execute(inputs, [o.name for o in wanted])
-            outputs = [_output_tensor(model, o, results) for o in wanted]
-            for tensor in outputs:
-                if tensor.name in in_regions:
-                    tensor.shared_memory = in_regions[tensor.name]
-                    self.shared_memory.write(
-                        tensor.shared_memory, tensor.name, tensor_to_bytes(tensor.data, tensor.datatype)
-                    )
+            # Requests refused above never reach the model and, as in Triton, count in no statistic.
+            timing = RequestTiming()
+            queued = time.perf_counter_ns()
+            try:
+                results = await model.scheduler.execute(inputs, [o.name for o in wanted], timing)
+                executed = time.perf_counter_ns()
+                outputs = [_output_tensor(model, o, results) for o in wanted]
+                if in_regions:
+                    self._write_shared_memory_outputs(outputs, in_regions)
+            except BaseException as exc:
+                reason = "CANCELED" if isinstance(exc, asyncio.CancelledError) else "BACKEND"
+                model.statistics.record_failure(time.perf_counter_ns() - start, reason)
+                raise
+            end = time.perf_counter_ns()
+            # The default scheduler runs each request as an execution of its own.
+            model.statistics.record_request(
+                inputs_batch_size(model, request), end - start, timing, queued - start, end - executed
+            )
         finally:
             model.request_done()
         return InferResponse(model.name, model.version_text, outputs, request.id)
 
-    @staticmethod
-    def _uses_shared_memory(request: InferRequest) -> bool:
-        return any(tensor.shared_memory is not None for tensor in request.inputs)
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """The statistics extension's answer: every loaded version, or the one (or ones) asked for."""
+        if not name:
+            models = self.models.loaded()
+        elif version:
+            models = [self.models.get_for_statistics(name, version)]
+        else:
+            models = self.models.loaded(name)
+        return {"model_stats": [m.statistics.to_json(m.name, m.version_text) for m in models]}
+
+    def _write_shared_memory_outputs(
+        self, outputs: list[InferTensor], regions: dict[str, SharedMemoryRef]
+    ) -> None:
+        for tensor in outputs:
+            if tensor.name in regions:
+                tensor.shared_memory = regions[tensor.name]
+                self.shared_memory.write(
+                    tensor.shared_memory, tensor.name, tensor_to_bytes(tensor.data, tensor.datatype)
+                )
 
     def _read_shared_memory_inputs(self, model: ModelVersion, request: InferRequest) -> None:
         for tensor in request.inputs:
@@ -122,6 +155,10 @@ class Engine:
         self._live = False
         self.models.stop()
         self.shared_memory.close()
+
+
+def _output_regions(wanted: Sequence[RequestedOutput]) -> dict[str, SharedMemoryRef]:
+    return {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
 
 
 def _output_tensor(

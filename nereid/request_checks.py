@@ -127,3 +127,10 @@ def _check_batch(model: ModelVersion, ordered: list[InferTensor], request: Infer
         raise InvalidArgument(
             f"{request_prefix(request.id)}inference request batch-size must be >= 1 for '{model.name}'"
         )
+
+
+def inputs_batch_size(model: ModelVersion, request: InferRequest) -> int:
+    """Batch elements a checked request carries: its first dimension when the model batches, else 1."""
+    if model.max_batch_size > 0 and request.inputs and request.inputs[0].shape:
+        return request.inputs[0].shape[0]
+    return 1

@@ -7,11 +7,13 @@ import logging
 import signal
 import sys
 from collections.abc import Coroutine
+from functools import partial
 from typing import Any
 
 from nereid.engine import Engine
 from nereid.errors import NereidError
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
+from nereid.metrics import MetricsExporter, handle_metrics
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
 
@@ -56,16 +58,14 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
         return 1
     if settings.allow_grpc:
         log.warning("gRPC is not supported yet: nothing listens on port %d", settings.grpc_port)
-    if settings.allow_metrics:
-        log.warning("metrics are not supported yet: nothing listens on port %d", settings.metrics_port)
     if not settings.allow_http:
         log.error("exiting: --allow-http=false leaves no endpoint to serve")
         engine.shutdown()
         return 1
     try:
-        _run(_serve_http(engine, settings))
-    except OSError as exc:  # the address is taken or cannot be bound
-        log.error("exiting: cannot serve HTTP on %s:%d: %s", settings.http_address, settings.http_port, exc)
+        _run(_serve(engine, settings))
+    except OSError as exc:  # an address is taken or cannot be bound
+        log.error("exiting: cannot listen: %s", exc)
         return 1
     finally:
         engine.shutdown()
@@ -81,16 +81,28 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
         uvloop.run(main)
 
 
-async def _serve_http(engine: Engine, settings: ServerSettings) -> None:
+async def _serve(engine: Engine, settings: ServerSettings) -> None:
     """Serve until SIGINT or SIGTERM, then let requests in flight finish for --exit-timeout-secs."""
     frontend = HttpFrontend(engine, settings)
-    server = HttpServer(frontend.handle, error_response, settings.http_max_input_size)
-    await server.start(settings.http_address, settings.http_port)
-    log.info("Started HTTPService at %s:%d", settings.http_address, server.port)
+    http = HttpServer(frontend.handle, error_response, settings.http_max_input_size)
+    await http.start(settings.http_address, settings.http_port)
+    log.info("Started HTTPService at %s:%d", settings.http_address, http.port)
+    metrics: HttpServer | None = None
+    sampler: asyncio.Task[None] | None = None
+    if settings.allow_metrics:
+        exporter = MetricsExporter(engine, settings.allow_cpu_metrics)
+        metrics = HttpServer(partial(handle_metrics, exporter), error_response, 64 * 1024)
+        await metrics.start(settings.metrics_address, settings.metrics_port)
+        sampler = asyncio.create_task(exporter.sample_forever(settings.metrics_interval_ms / 1000))
+        log.info("Started Metrics Service at %s:%d", settings.metrics_address, metrics.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     log.info("stopping: requests in flight get up to %d s to finish", settings.exit_timeout_secs)
-    await server.stop(settings.exit_timeout_secs)
+    await http.stop(settings.exit_timeout_secs)
+    if sampler is not None:
+        sampler.cancel()
+    if metrics is not None:
+        await metrics.stop(1.0)

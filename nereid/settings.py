@@ -46,6 +46,8 @@ class ServerSettings:
     allow_metrics: bool = True
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 8002
+    metrics_interval_ms: int = 2000
+    allow_cpu_metrics: bool = True
     # repository and models
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()

@@ -249,6 +249,23 @@ class ModelManager:
             raise NotFound(f"Request for unknown model: '{name}' has no available versions")
         return versions[max(versions)]
 
+    def loaded(self, name: str | None = None) -> list[ModelVersion]:
+        """Serving versions of every model (or of `name`, which must exist), by name then version."""
+        if name is not None:
+            entry = self._models.get(name)
+            if entry is None or not entry.versions:
+                raise InvalidArgument(f"requested model '{name}' is not available")
+            return [entry.versions[v] for v in sorted(entry.versions)]
+        return [e.versions[v] for n, e in sorted(list(self._models.items())) for v in sorted(e.versions)]
+
+    def get_for_statistics(self, name: str, version: str) -> ModelVersion:
+        """One version for the statistics extension, refused with Triton's texts."""
+        versions = {str(m.version): m for m in self.loaded(name)}
+        model = versions.get(version)
+        if model is None:
+            raise InvalidArgument(f"requested model version is not available for model '{name}'")
+        return model
+
     def is_ready(self, name: str, version: str = "") -> bool:
         try:
             self.get(name, version)

@@ -12,6 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.datatypes import config_to_wire, numpy_dtype
 from nereid.scheduling import DefaultScheduler
+from nereid.statistics import ModelStatistics
 from nereid.types import RequestedOutput
 
 
@@ -49,6 +50,7 @@ class ModelVersion:
     # Requests between lookup and response. Touched on the event loop only; a retired version (replaced
     # or unloaded) is stopped once it reaches zero, so no request in flight is dropped.
     inflight: int = field(init=False, default=0)
+    statistics: ModelStatistics = field(init=False, default_factory=ModelStatistics)
     retired: bool = field(init=False, default=False)
     drained: threading.Event = field(init=False, default_factory=threading.Event)
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from nereid.backends.base import ModelInstance
 from nereid.errors import InternalError, NereidError
+from nereid.statistics import RequestTiming
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ class _Job:
     outputs: Sequence[str]
     future: asyncio.Future[Tensors]
     loop: asyncio.AbstractEventLoop
+    timing: RequestTiming | None
+    queued_ns: int
 
 
 class _Slot:
@@ -69,12 +72,15 @@ class DefaultScheduler:
         for thread in self._threads:
             thread.start()
 
-    async def execute(self, inputs: Tensors, outputs: Sequence[str]) -> Tensors:
+    async def execute(
+        self, inputs: Tensors, outputs: Sequence[str], timing: RequestTiming | None = None
+    ) -> Tensors:
+        """The requested outputs; `timing`, when given, receives the queue and execution times."""
         if self._average_s is not None and self._average_s < self._inline_limit_s and self._queue.empty():
             for slot in self._slots:
                 if slot.lock.acquire(blocking=False):
                     try:
-                        return self._timed(slot.instance, inputs, outputs)
+                        return self._timed(slot.instance, inputs, outputs, timing)
                     except NereidError:
                         raise
                     except Exception as exc:
@@ -83,9 +89,13 @@ class DefaultScheduler:
                         slot.lock.release()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Tensors] = loop.create_future()
-        self._queue.put(_Job(inputs, outputs, future, loop))
+        self._queue.put(_Job(inputs, outputs, future, loop, timing, time.perf_counter_ns()))
         # If the caller is cancelled, the future is cancelled too and the worker skips or drops the job.
         return await future
+
+    def pending(self) -> int:
+        """Requests waiting for an instance."""
+        return self._queue.qsize()
 
     def stop(self) -> None:
         """Finish queued jobs, then end the threads and close the instances."""
@@ -96,12 +106,17 @@ class DefaultScheduler:
         for slot in self._slots:
             slot.instance.close()
 
-    def _timed(self, instance: ModelInstance, inputs: Tensors, outputs: Sequence[str]) -> Tensors:
-        start = time.perf_counter()
+    def _timed(
+        self, instance: ModelInstance, inputs: Tensors, outputs: Sequence[str], timing: RequestTiming | None
+    ) -> Tensors:
+        start = time.perf_counter_ns()
         try:
             return instance.execute(inputs, outputs)
         finally:
-            elapsed = time.perf_counter() - start
+            elapsed_ns = time.perf_counter_ns() - start
+            if timing is not None:
+                timing.infer_ns = elapsed_ns
+            elapsed = elapsed_ns / 1e9
             average = self._average_s
             self._average_s = elapsed if average is None else average + _SMOOTHING * (elapsed - average)
 
@@ -116,9 +131,13 @@ class DefaultScheduler:
                 return
             if job.future.cancelled():
                 continue
+            if job.timing is not None:
+                job.timing.queue_ns = time.perf_counter_ns() - job.queued_ns
             try:
                 with slot.lock:
-                    result: Tensors | BaseException = self._timed(slot.instance, job.inputs, job.outputs)
+                    result: Tensors | BaseException = self._timed(
+                        slot.instance, job.inputs, job.outputs, job.timing
+                    )
             except NereidError as exc:
                 result = exc
             except Exception as exc:  # a backend bug must fail this request, not the instance thread

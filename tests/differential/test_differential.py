@@ -64,18 +64,24 @@ def nereid_repository(root: Path) -> Path:
 
 
 @contextmanager
-def server_pair(base: Path, *flags: str) -> Iterator[tuple[str, str]]:
+def server_pair(
+    base: Path, *flags: str, triton_flags: tuple[str, ...] = (), nereid_flags: tuple[str, ...] = ()
+) -> Iterator[tuple[str, str]]:
     """The real Triton on the Python twins and Nereid on their ONNX versions, both with `flags`."""
     twins = base / "twins"
     shutil.copytree(HERE / "triton_twins", twins)
     port = free_port()
     command, env = triton_command(twins, port)
     log = (base / "triton.log").open("wb")
-    triton = subprocess.Popen([*command, *flags], stdout=log, stderr=subprocess.STDOUT, env=env)
+    triton = subprocess.Popen(
+        [*command, *flags, *triton_flags], stdout=log, stderr=subprocess.STDOUT, env=env
+    )
     nereid = None
     try:
         wait_ready(f"127.0.0.1:{port}", triton, timeout=120)
-        nereid = start_nereid(nereid_repository(base / "nereid_repository"), base / "nereid.log", *flags)
+        nereid = start_nereid(
+            nereid_repository(base / "nereid_repository"), base / "nereid.log", *flags, *nereid_flags
+        )
         yield f"127.0.0.1:{port}", nereid.url
     finally:
         stop(triton)
@@ -122,24 +128,26 @@ def _split(headers: dict[str, str], body: bytes) -> tuple[Any, bytes]:
     return orjson.loads(body), b""
 
 
-def _same_shape(triton: Any, nereid: Any, path: str, ignore: set[str]) -> None:
-    """Same keys, same JSON types, same values (numbers compared as float32)."""
+def _same_shape(triton: Any, nereid: Any, path: str, ignore: set[str], any_number: bool = False) -> None:
+    """Same keys, same JSON types, same values (numbers compared as float32, or not at all)."""
     if isinstance(triton, dict):
         assert isinstance(nereid, dict), f"{path}: Triton has an object, Nereid {nereid!r}"
         keys_t = {k for k in triton if k not in ignore}
         keys_n = {k for k in nereid if k not in ignore}
         assert keys_t == keys_n, f"{path}: keys differ: Triton {sorted(keys_t)}, Nereid {sorted(keys_n)}"
         for key in keys_t:
-            _same_shape(triton[key], nereid[key], f"{path}.{key}", ignore)
+            _same_shape(triton[key], nereid[key], f"{path}.{key}", ignore, any_number)
     elif isinstance(triton, list):
         assert isinstance(nereid, list) and len(nereid) == len(triton), f"{path}: {triton!r} vs {nereid!r}"
         for i, (a, b) in enumerate(zip(triton, nereid, strict=False)):
-            _same_shape(a, b, f"{path}[{i}]", ignore)
+            _same_shape(a, b, f"{path}[{i}]", ignore, any_number)
     elif isinstance(triton, bool) or isinstance(triton, str):
         assert triton == nereid, f"{path}: Triton {triton!r}, Nereid {nereid!r}"
     elif isinstance(triton, (int, float)):
         assert isinstance(nereid, (int, float)) and not isinstance(nereid, bool), f"{path}: {nereid!r}"
-        assert np.float32(triton) == np.float32(nereid), f"{path}: Triton {triton!r}, Nereid {nereid!r}"
+        assert any_number or np.float32(triton) == np.float32(nereid), (
+            f"{path}: Triton {triton!r}, Nereid {nereid!r}"
+        )
     else:
         assert triton == nereid, f"{path}: Triton {triton!r}, Nereid {nereid!r}"
 
@@ -167,7 +175,7 @@ def compare(triton_url: str, nereid_url: str, case: dict[str, Any]) -> None:
         _same_error(case, t_json, n_json)
         return
     try:
-        _same_shape(t_json, n_json, "$", set(case.get("ignore", [])))
+        _same_shape(t_json, n_json, "$", set(case.get("ignore", [])), case.get("numbers") == "any")
     except AssertionError as exc:
         first = str(exc).splitlines()[0]
         raise AssertionError(f"{first}; Triton {t_json!r:.600}, Nereid {n_json!r:.600}") from None

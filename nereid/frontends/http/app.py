@@ -49,7 +49,7 @@ _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(?:(index)|models/([^
 _SHARED_MEMORY_ROUTE = re.compile(
     r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
 )
-_LATER = re.compile(r"/v2/(?:models/stats|trace/setting|logging|models/[^/]+/trace/setting)")
+_LATER = re.compile(r"/v2/(?:trace/setting|logging|models/[^/]+/trace/setting)")
 _GROUP_BY_ACTION = {
     None: "metadata",
     "infer": "inference",
@@ -105,7 +105,10 @@ class HttpFrontend:
         """The response, and whether it may be compressed."""
         engine = self._engine
         method, path = request.method, request.path
-        if path.startswith("/v2/models/") and path != "/v2/models/stats":
+        if path == "/v2/models/stats":
+            _allow(method, "GET")
+            return _json(200, engine.statistics()), False
+        if path.startswith("/v2/models/"):
             match = _MODEL_ROUTE.fullmatch(path)
             if match is not None:
                 name, version, action = match.group(1), match.group(2) or "", match.group(3)
@@ -123,6 +126,9 @@ class HttpFrontend:
                 if action == "config":
                     _allow(method, "GET")
                     return _json(200, engine.model_config(name, version)), False
+                if action == "stats":
+                    _allow(method, "GET")
+                    return _json(200, engine.statistics(name, version)), False
         if path == "/v2/health/live":
             _allow(method, "GET")
             return _text(200 if engine.is_live() else 400), False

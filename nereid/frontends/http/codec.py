@@ -130,9 +130,14 @@ def _decode_input(
 ) -> tuple[InferTensor, int]:
     if type(raw) is not dict:
         raise InvalidArgument(f"{_ONE_SOURCE}no field is set (each element of 'inputs' must be an object)")
-    name = _member(raw, "name", str, "string")
-    datatype = _member(raw, "datatype", str, "string")
-    dims = _member(raw, "shape", list, "array")
+    name = raw.get("name")
+    datatype = raw.get("datatype")
+    dims = raw.get("shape")
+    # one test for the common case; the helper finds which member is wrong, in Triton's order
+    if type(name) is not str or type(datatype) is not str or type(dims) is not list:
+        name = _member(raw, "name", str, "string")
+        datatype = _member(raw, "datatype", str, "string")
+        dims = _member(raw, "shape", list, "array")
     shape = tuple(dims)
     count = _element_count(shape, name)
     raw_parameters = raw.get("parameters")

@@ -1,0 +1,100 @@
+"""Statistics and metrics agree with each other and with the requests that were served."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from nereid.metrics import Family, MetricsExporter
+from nereid.server import build_engine
+from nereid.settings import ServerSettings
+from nereid.types import InferRequest, InferTensor
+from tests.conftest import EXAMPLES, free_port, start_nereid, stop
+
+
+def _request(rows: int) -> InferRequest:
+    a = np.arange(16 * rows, dtype=np.int32).reshape(rows, 16)
+    tensors = [InferTensor("INPUT0", "INT32", a.shape, a), InferTensor("INPUT1", "INT32", a.shape, a)]
+    return InferRequest("simple", "", tensors)
+
+
+def _samples(text: str) -> dict[str, float]:
+    return {
+        f"{name}{{{labels}}}": float(value)
+        for name, labels, value in re.findall(r"^(\w+)\{(.*)\} (\S+)$", text, re.M)
+    }
+
+
+def test_statistics_and_metrics_after_requests() -> None:
+    engine = build_engine(ServerSettings(model_repositories=(EXAMPLES,)))
+    try:
+        for rows in (1, 1, 3):
+            asyncio.run(engine.infer(_request(rows)))
+        (stats,) = engine.statistics("simple")["model_stats"]
+        assert stats["inference_count"] == 5 and stats["execution_count"] == 3
+        assert stats["inference_stats"]["success"]["count"] == 3
+        assert [b["batch_size"] for b in stats["batch_stats"]] == [1, 3]
+        assert stats["batch_stats"][0]["compute_infer"]["count"] == 2
+        assert stats["last_inference"] > 0
+        samples = _samples(MetricsExporter(engine).render().decode())
+        assert samples['nv_inference_count{model="simple",version="1"}'] == 5
+        assert samples['nv_inference_exec_count{model="simple",version="1"}'] == 3
+        assert samples['nv_inference_request_success{model="simple",version="1"}'] == 3
+        assert samples['nv_inference_request_failure{model="simple",reason="BACKEND",version="1"}'] == 0
+        assert samples['nv_inference_pending_request_count{model="simple",version="1"}'] == 0
+        duration_us = stats["inference_stats"]["success"]["ns"] // 1000
+        assert samples['nv_inference_request_duration_us{model="simple",version="1"}'] == duration_us
+    finally:
+        engine.shutdown()
+
+
+def test_family_text_format() -> None:
+    family = Family("x_total_like", "help text", "counter", [({"model": 'a"b\\c'}, 2), ({}, 1.5)])
+    assert family.render() == (
+        '# HELP x_total_like help text\n# TYPE x_total_like counter\nx_total_like{model="a\\"b\\\\c"} 2\nx_total_like 1.5'
+    )
+
+
+def test_metrics_port_under_concurrent_clients(tmp_path: Path) -> None:
+    metrics_port = free_port()
+    server = start_nereid(
+        EXAMPLES, tmp_path / "nereid.log", "--allow-metrics=true", f"--metrics-port={metrics_port}",
+        "--metrics-address=127.0.0.1",
+    )  # fmt: skip
+    try:
+
+        def client_loop() -> None:
+            client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+            a = np.ones((1, 16), dtype=np.int32)
+            inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(a)
+            for _ in range(25):
+                client.infer("simple", inputs)
+            client.close()
+
+        threads = [threading.Thread(target=client_loop) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        samples = _samples(text)
+        assert samples['nv_inference_count{model="simple",version="1"}'] == 100
+        assert "# TYPE nv_cpu_utilization gauge" in text and "nv_cpu_memory_total_bytes " in text
+        client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+        stats = client.get_inference_statistics("simple")["model_stats"][0]
+        client.close()
+        assert stats["inference_count"] == 100 == stats["inference_stats"]["success"]["count"]
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/nothing", timeout=10)
+    finally:
+        stop(server.process)
