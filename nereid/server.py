@@ -9,8 +9,11 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
+import grpc
+
 from nereid.engine import Engine
-from nereid.errors import NereidError
+from nereid.errors import NereidError, Unavailable
+from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
@@ -50,47 +53,66 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
         log.error("%s", exc.message)
         return 1
     print(model_table(engine), flush=True)
-    if settings.exit_on_error and not engine.models.all_ready():
-        log.error("exiting: not every model loaded (start with --exit-on-error=false to serve the others)")
-        engine.shutdown()
-        return 1
-    if settings.allow_grpc:
-        log.warning("gRPC is not supported yet: nothing listens on port %d", settings.grpc_port)
-    if settings.allow_metrics:
-        log.warning("metrics are not supported yet: nothing listens on port %d", settings.metrics_port)
-    if not settings.allow_http:
-        log.error("exiting: --allow-http=false leaves no endpoint to serve")
-        engine.shutdown()
-        return 1
     try:
-        _run(_serve_http(engine, settings))
-    except OSError as exc:  # the address is taken or cannot be bound
-        log.error("exiting: cannot serve HTTP on %s:%d: %s", settings.http_address, settings.http_port, exc)
-        return 1
+        if settings.exit_on_error and not engine.models.all_ready():
+            log.error(
+                "exiting: not every model loaded (start with --exit-on-error=false to serve the others)"
+            )
+            return 1
+        if settings.allow_metrics:
+            log.warning("metrics are not supported yet: nothing listens on port %d", settings.metrics_port)
+        if not settings.allow_http and not settings.allow_grpc:
+            log.error("exiting: --allow-http=false and --allow-grpc=false leave no endpoint to serve")
+            return 1
+        return _run(_serve(engine, settings))
     finally:
         engine.shutdown()
-    return 0
 
 
-def _run(main: Coroutine[Any, Any, None]) -> None:
+def _run(main: Coroutine[Any, Any, int]) -> int:
     try:
         import uvloop
     except ImportError:  # uvloop does not exist on every platform; asyncio's own loop works too
-        asyncio.run(main)
-    else:
-        uvloop.run(main)
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
-async def _serve_http(engine: Engine, settings: ServerSettings) -> None:
-    """Serve until SIGINT or SIGTERM, then let requests in flight finish for --exit-timeout-secs."""
-    frontend = HttpFrontend(engine, settings)
-    server = HttpServer(frontend.handle, error_response, settings.http_max_input_size)
-    await server.start(settings.http_address, settings.http_port)
-    log.info("Started HTTPService at %s:%d", settings.http_address, server.port)
+async def _serve(engine: Engine, settings: ServerSettings) -> int:
+    """HTTP and gRPC on one event loop until SIGINT or SIGTERM, then requests in flight get
+    --exit-timeout-secs to finish on both."""
+    http: HttpServer | None = None
+    grpc_server: grpc.aio.Server | None = None
+    try:
+        if settings.allow_grpc:
+            grpc_server, port = await start_grpc_server(engine, settings)
+            log.info("Started GRPCInferenceService at %s:%d", settings.grpc_address, port)
+        if settings.allow_http:
+            frontend = HttpFrontend(engine, settings)
+            http = HttpServer(frontend.handle, error_response, settings.http_max_input_size)
+            try:
+                await http.start(settings.http_address, settings.http_port)
+            except OSError as exc:  # the address is taken or cannot be bound
+                http = None
+                raise Unavailable(
+                    f"cannot serve HTTP on {settings.http_address}:{settings.http_port}: {exc}"
+                ) from None
+            log.info("Started HTTPService at %s:%d", settings.http_address, http.port)
+    except NereidError as exc:
+        log.error("exiting: %s", exc.message)
+        await _stop(http, grpc_server, 0)
+        return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     log.info("stopping: requests in flight get up to %d s to finish", settings.exit_timeout_secs)
-    await server.stop(settings.exit_timeout_secs)
+    await _stop(http, grpc_server, settings.exit_timeout_secs)
+    return 0
+
+
+async def _stop(http: HttpServer | None, grpc_server: grpc.aio.Server | None, grace: float) -> None:
+    await asyncio.gather(
+        *([http.stop(grace)] if http is not None else []),
+        *([grpc_server.stop(grace)] if grpc_server is not None else []),
+    )

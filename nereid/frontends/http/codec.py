@@ -104,7 +104,6 @@ def _parameters(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-
 _ONE_SOURCE = (
     "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
     "'shared_memory_region' in 'parameters'. But "

@@ -1,0 +1,237 @@
+"""ModelInferRequest -> InferRequest and InferResponse -> ModelInferResponse, with Triton's checks and texts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import service_pb2 as pb
+
+from nereid.datatypes import WIRE_DATATYPES, element_size, numpy_dtype, tensor_from_bytes, tensor_to_bytes
+from nereid.errors import InvalidArgument, Unsupported
+from nereid.request_checks import request_prefix
+from nereid.tensor_data import element_count
+from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+
+# The typed `contents` field that carries each datatype; FP16 and BF16 have none and need raw bytes.
+_FIELD_OF = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+# The datatype Triton names for each field when the field does not match the input's datatype.
+_TYPE_OF_FIELD = {
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
+}
+# Reserved request parameters and the kinds of value Triton takes for them.
+_RESERVED = {
+    "sequence_id": ("int64_param", "uint64_param", "string_param"),
+    "sequence_start": ("bool_param",),
+    "sequence_end": ("bool_param",),
+    "priority": ("int64_param", "uint64_param"),
+    "timeout": ("int64_param",),
+}
+_ALLOWED_TRITON_KEYS = ("triton_enable_empty_final_response",)
+_PLAIN_KINDS = frozenset(("bool_param", "int64_param", "string_param", "double_param"))
+
+
+def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
+    """The protocol-neutral request; refuses what Triton refuses, with its wording."""
+    model_name = message.model_name
+    request_id = message.id
+    prefix = request_prefix(request_id)
+    parameters = _request_parameters(message.parameters) if message.parameters else {}
+    raw = message.raw_input_contents
+    inputs: list[InferTensor] = []
+    for index, tensor in enumerate(message.inputs):
+        name = tensor.name
+        datatype = tensor.datatype
+        shape = tuple(tensor.shape)
+        tensor_parameters = _tensor_parameters(tensor.parameters) if tensor.parameters else {}
+        if "shared_memory_region" in tensor_parameters:
+            raise Unsupported(f"input '{name}': shared memory inputs are not supported yet")
+        if raw:
+            if tensor.HasField("contents"):
+                raise InvalidArgument(
+                    f"contents field must not be specified when using raw_input_contents for '{name}' for "
+                    f"model '{model_name}'"
+                )
+            if index >= len(raw):
+                raise _no_data(name, model_name)
+            _check_shape(shape, name)
+            if datatype not in WIRE_DATATYPES:
+                raise InvalidArgument(f"invalid datatype for input {name}")
+            data = tensor_from_bytes(memoryview(raw[index]), datatype, shape, name, model_name, prefix)
+        else:
+            data = _from_contents(tensor, datatype, shape, model_name, prefix)
+        inputs.append(InferTensor(name, datatype, shape, data, tensor_parameters))
+    if len(raw) > len(inputs):
+        raise InvalidArgument(
+            f"unexpected additional input data for model '{model_name}': {len(raw)} raw_input_contents for "
+            f"{len(inputs)} inputs"
+        )
+    outputs = [_requested_output(output) for output in message.outputs] if message.outputs else None
+    return InferRequest(model_name, message.model_version, inputs, outputs, request_id, parameters)
+
+
+def _no_data(name: str, model_name: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"unable to find data for input tensor '{name}' for model '{model_name}' in request."
+    )
+
+
+def _check_shape(shape: tuple[int, ...], name: str) -> None:
+    if any(d < 0 for d in shape):
+        raise InvalidArgument(f"input '{name}' has shape {list(shape)}: dimensions cannot be negative")
+    element_count(shape, name)
+
+
+def _from_contents(
+    tensor: pb.ModelInferRequest.InferInputTensor,
+    datatype: str,
+    shape: tuple[int, ...],
+    model_name: str,
+    prefix: str,
+) -> np.ndarray:
+    """A tensor from the typed `contents` lists."""
+    name = tensor.name
+    fields = tensor.contents.ListFields() if tensor.HasField("contents") else []
+    if not fields:
+        raise _no_data(name, model_name)
+    field = fields[0][0].name
+    if _FIELD_OF.get(datatype) != field:
+        expected = datatype if datatype in WIRE_DATATYPES else "<invalid>"
+        raise InvalidArgument(
+            f"unexpected explicit tensor data for input tensor '{name}' for model '{model_name}' of type "
+            f"'{_TYPE_OF_FIELD[field]}', expected datatype '{expected}'"
+        )
+    _check_shape(shape, name)
+    values = fields[0][1]
+    count = element_count(shape, name)
+    if datatype == "BYTES":
+        if len(values) < count:
+            raise InvalidArgument(
+                f"{prefix}expected {count} string elements for inference input '{name}' for model "
+                f"'{model_name}', got {len(values)}"
+            )
+        if len(values) > count:
+            raise InvalidArgument(
+                f"{prefix}unexpected number of string elements {len(values)} for inference input '{name}' for "
+                f"model '{model_name}', expecting {count}"
+            )
+        array = np.empty(count, dtype=np.object_)
+        array[:] = list(values)
+        return array.reshape(shape)
+    dtype = numpy_dtype(datatype)
+    if len(values) != count:
+        size = element_size(datatype)
+        raise InvalidArgument(
+            f"{prefix}input byte size mismatch for input '{name}' for model '{model_name}'. Expected "
+            f"{count * size}, got {len(values) * size}"
+        )
+    if dtype.itemsize < 4 and dtype.kind in "iu" and count:
+        info = np.iinfo(dtype)
+        if min(values) < info.min or max(values) > info.max:
+            raise InvalidArgument(f"input '{name}': a value is out of range for {datatype}")
+    return np.array(values, dtype=dtype).reshape(shape)
+
+
+def _request_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, parameter in parameters.items():
+        kind = parameter.WhichOneof("parameter_choice")
+        reserved = _RESERVED.get(key)
+        if reserved is not None:
+            if kind not in reserved:
+                raise InvalidArgument(
+                    f"invalid value type for '{key}' parameter, expected {' or '.join(reserved)}."
+                )
+        elif key.startswith("triton_") and key not in _ALLOWED_TRITON_KEYS:
+            raise InvalidArgument(
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys "
+                f"starting with 'triton_' are allowed: {', '.join(_ALLOWED_TRITON_KEYS)}"
+            )
+        elif kind not in _PLAIN_KINDS:
+            raise InvalidArgument(
+                f"invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
+            )
+        result[key] = getattr(parameter, kind)
+    return result
+
+
+def _tensor_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, parameter in parameters.items():
+        kind = parameter.WhichOneof("parameter_choice")
+        if kind is not None:
+            result[key] = getattr(parameter, kind)
+    return result
+
+
+def _requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
+    name = output.name
+    parameters = _tensor_parameters(output.parameters) if output.parameters else {}
+    if "shared_memory_region" in parameters:
+        raise Unsupported(f"output '{name}': shared memory outputs are not supported yet")
+    class_count = 0
+    if "classification" in output.parameters:
+        if output.parameters["classification"].WhichOneof("parameter_choice") != "int64_param":
+            raise InvalidArgument("invalid value type for 'classification' parameter, expected int64_param")
+        class_count = parameters["classification"]
+        if class_count < 0:
+            raise InvalidArgument(
+                f"output '{name}': 'classification' must not be negative, got {class_count}"
+            )
+    return RequestedOutput(name, None, class_count, parameters)
+
+
+def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
+    """Every output goes in `raw_output_contents`, as Triton always answers."""
+    outputs = response.outputs
+    message = pb.ModelInferResponse(
+        model_name=response.model_name,
+        model_version=response.model_version,
+        id=response.id,
+        outputs=[
+            pb.ModelInferResponse.InferOutputTensor(name=t.name, datatype=t.datatype, shape=t.shape)
+            for t in outputs
+        ],
+        raw_output_contents=[tensor_to_bytes(t.data, t.datatype) for t in outputs],
+    )
+    if response.parameters:
+        set_parameters(message.parameters, response.parameters)
+    return message
+
+
+def set_parameters(target: Any, values: Mapping[str, Any]) -> None:
+    """Fill a protobuf map of InferParameter from plain Python values."""
+    for key, value in values.items():
+        parameter = target[key]
+        if isinstance(value, bool):
+            parameter.bool_param = value
+        elif isinstance(value, int):
+            if value > 2**63 - 1:
+                parameter.uint64_param = value
+            else:
+                parameter.int64_param = value
+        elif isinstance(value, float):
+            parameter.double_param = value
+        else:
+            parameter.string_param = str(value)
