@@ -32,10 +32,17 @@ class RunningServer:
     process: subprocess.Popen[bytes]
     http_port: int
     log_path: Path
+    grpc_port: int | None = None
 
     @property
     def url(self) -> str:
         return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        if self.grpc_port is None:
+            raise RuntimeError("this server was started without gRPC")
+        return f"127.0.0.1:{self.grpc_port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -57,8 +64,11 @@ def wait_ready(url: str, process: subprocess.Popen[bytes] | None, timeout: float
     raise TimeoutError(f"server at {url} not ready after {timeout} s")
 
 
-def start_nereid(repository: Path, log_path: Path, *extra: str) -> RunningServer:
+def start_nereid(repository: Path, log_path: Path, *extra: str, grpc: bool = False) -> RunningServer:
+    """Nereid on free ports of 127.0.0.1, HTTP always, gRPC when asked; ready when this returns."""
     port = free_port()
+    grpc_port = free_port() if grpc else None
+    grpc_flags = [f"--grpc-port={grpc_port}", "--grpc-address=127.0.0.1"] if grpc else ["--allow-grpc=false"]
     command = [
         sys.executable,
         "-m",
@@ -66,7 +76,7 @@ def start_nereid(repository: Path, log_path: Path, *extra: str) -> RunningServer
         f"--model-repository={repository}",
         f"--http-port={port}",
         "--http-address=127.0.0.1",
-        "--allow-grpc=false",
+        *grpc_flags,
         "--allow-metrics=false",
         *extra,
     ]
@@ -74,7 +84,7 @@ def start_nereid(repository: Path, log_path: Path, *extra: str) -> RunningServer
     process = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
     )
-    server = RunningServer(process, port, log_path)
+    server = RunningServer(process, port, log_path, grpc_port)
     try:
         wait_ready(server.url, process)
     except BaseException:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import grpc
-from grpc_health.v1 import health_pb2_grpc
 from tritonclient.grpc import service_pb2_grpc
 
 from nereid.engine import Engine
 from nereid.errors import Unavailable
-from nereid.frontends.grpc.health import HealthServicer
+from nereid.frontends.grpc.health import health_handler
 from nereid.frontends.grpc.servicer import InferenceServicer
 from nereid.settings import GrpcOptions, ServerSettings
 
@@ -65,7 +64,7 @@ async def start_grpc_server(engine: Engine, settings: ServerSettings) -> tuple[g
     options = settings.grpc
     server = grpc.aio.server(options=server_options(options))
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(engine), server)
-    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(engine), server)
+    server.add_generic_rpc_handlers((health_handler(engine),))
     address = f"{settings.grpc_address}:{settings.grpc_port}"
     try:
         if options.use_ssl:
