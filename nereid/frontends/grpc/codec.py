@@ -8,14 +8,21 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from nereid.datatypes import WIRE_DATATYPES, element_size, numpy_dtype, tensor_from_bytes, tensor_to_bytes
+from nereid.datatypes import (
+    WIRE_DATATYPES,
+    check_string_count,
+    element_size,
+    numpy_dtype,
+    tensor_from_bytes,
+    tensor_to_bytes,
+)
 from nereid.errors import InvalidArgument, Unsupported
 from nereid.request_checks import request_prefix
 from nereid.tensor_data import element_count
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 # The typed `contents` field that carries each datatype; FP16 and BF16 have none and need raw bytes.
-_FIELD_OF = {
+CONTENTS_FIELD = {
     "BOOL": "bool_contents",
     "INT8": "int_contents",
     "INT16": "int_contents",
@@ -116,7 +123,7 @@ def _from_contents(
     if not fields:
         raise _no_data(name, model_name)
     field = fields[0][0].name
-    if _FIELD_OF.get(datatype) != field:
+    if CONTENTS_FIELD.get(datatype) != field:
         expected = datatype if datatype in WIRE_DATATYPES else "<invalid>"
         raise InvalidArgument(
             f"unexpected explicit tensor data for input tensor '{name}' for model '{model_name}' of type "
@@ -126,16 +133,7 @@ def _from_contents(
     values = fields[0][1]
     count = element_count(shape, name)
     if datatype == "BYTES":
-        if len(values) < count:
-            raise InvalidArgument(
-                f"{prefix}expected {count} string elements for inference input '{name}' for model "
-                f"'{model_name}', got {len(values)}"
-            )
-        if len(values) > count:
-            raise InvalidArgument(
-                f"{prefix}unexpected number of string elements {len(values)} for inference input '{name}' for "
-                f"model '{model_name}', expecting {count}"
-            )
+        check_string_count(len(values), count, name, model_name, prefix)
         array = np.empty(count, dtype=np.object_)
         array[:] = list(values)
         return array.reshape(shape)
