@@ -143,7 +143,7 @@ def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes:
 
 
 def tensor_from_bytes(
-    buffer: memoryview, datatype: str, shape: tuple[int, ...], name: str, model_name: str, prefix: str
+    buffer: bytes | memoryview, datatype: str, shape: tuple[int, ...], name: str, model_name: str, prefix: str
 ) -> np.ndarray:
     """A tensor from its raw little-endian bytes (length-prefixed elements for BYTES), size checked."""
     count = math.prod(shape)

@@ -66,6 +66,7 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
     prefix = request_prefix(request_id)
     parameters = _request_parameters(message.parameters) if message.parameters else {}
     raw = message.raw_input_contents
+    raw_count = len(raw)
     inputs: list[InferTensor] = []
     for index, tensor in enumerate(message.inputs):
         name = tensor.name
@@ -74,24 +75,24 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
         tensor_parameters = _tensor_parameters(tensor.parameters) if tensor.parameters else {}
         if "shared_memory_region" in tensor_parameters:
             raise Unsupported(f"input '{name}': shared memory inputs are not supported yet")
-        if raw:
+        if raw_count:
             if tensor.HasField("contents"):
                 raise InvalidArgument(
                     f"contents field must not be specified when using raw_input_contents for '{name}' for "
                     f"model '{model_name}'"
                 )
-            if index >= len(raw):
+            if index >= raw_count:
                 raise _no_data(name, model_name)
             _check_shape(shape, name)
             if datatype not in WIRE_DATATYPES:
                 raise InvalidArgument(f"invalid datatype for input {name}")
-            data = tensor_from_bytes(memoryview(raw[index]), datatype, shape, name, model_name, prefix)
+            data = tensor_from_bytes(raw[index], datatype, shape, name, model_name, prefix)
         else:
             data = _from_contents(tensor, datatype, shape, model_name, prefix)
         inputs.append(InferTensor(name, datatype, shape, data, tensor_parameters))
-    if len(raw) > len(inputs):
+    if raw_count > len(inputs):
         raise InvalidArgument(
-            f"unexpected additional input data for model '{model_name}': {len(raw)} raw_input_contents for "
+            f"unexpected additional input data for model '{model_name}': {raw_count} raw_input_contents for "
             f"{len(inputs)} inputs"
         )
     outputs = [_requested_output(output) for output in message.outputs] if message.outputs else None
@@ -105,7 +106,7 @@ def _no_data(name: str, model_name: str) -> InvalidArgument:
 
 
 def _check_shape(shape: tuple[int, ...], name: str) -> None:
-    if any(d < 0 for d in shape):
+    if shape and min(shape) < 0:
         raise InvalidArgument(f"input '{name}' has shape {list(shape)}: dimensions cannot be negative")
     element_count(shape, name)
 
@@ -202,17 +203,18 @@ def _requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor) -
 
 def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
     """Every output goes in `raw_output_contents`, as Triton always answers."""
-    outputs = response.outputs
     message = pb.ModelInferResponse(
-        model_name=response.model_name,
-        model_version=response.model_version,
-        id=response.id,
-        outputs=[
-            pb.ModelInferResponse.InferOutputTensor(name=t.name, datatype=t.datatype, shape=t.shape)
-            for t in outputs
-        ],
-        raw_output_contents=[tensor_to_bytes(t.data, t.datatype) for t in outputs],
+        model_name=response.model_name, model_version=response.model_version, id=response.id
     )
+    # add() and append() fill the repeated fields in place; lists given to the constructor are copied
+    outputs = message.outputs
+    contents = message.raw_output_contents
+    for tensor in response.outputs:
+        output = outputs.add()
+        output.name = tensor.name
+        output.datatype = tensor.datatype
+        output.shape.extend(tensor.shape)
+        contents.append(tensor_to_bytes(tensor.data, tensor.datatype))
     if response.parameters:
         set_parameters(message.parameters, response.parameters)
     return message
