@@ -7,6 +7,7 @@ import datetime
 import queue
 import shutil
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -343,3 +345,66 @@ def test_mutual_tls_requires_a_client_certificate(tmp_path: Path, certificates: 
         assert info.value.status() == "StatusCode.UNAVAILABLE"
     finally:
         stop(server.process)
+
+
+# features the engine shares with HTTP
+
+
+def test_system_shared_memory(server: RunningServer) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    key = f"/nereid_grpc_{uuid.uuid4().hex[:8]}"
+    regions = {"in": shm.create_shared_memory_region("in", f"{key}_in", 128)}
+    regions["out"] = shm.create_shared_memory_region("out", f"{key}_out", 64)
+    try:
+        a, b = np.arange(16, dtype=np.int32).reshape(1, 16), np.full((1, 16), 3, dtype=np.int32)
+        shm.set_shared_memory_region(regions["in"], [a, b])
+        client.register_system_shared_memory("in", f"{key}_in", 128)
+        client.register_system_shared_memory("out", f"{key}_out", 64)
+        status = client.get_system_shared_memory_status(as_json=True)["regions"]
+        assert status["in"] == {"name": "in", "key": f"{key}_in", "byte_size": "128"}
+        inputs = [
+            grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+            grpcclient.InferInput("INPUT1", [1, 16], "INT32"),
+        ]
+        inputs[0].set_shared_memory("in", 64)
+        inputs[1].set_shared_memory("in", 64, offset=64)
+        in_region = grpcclient.InferRequestedOutput("OUTPUT0")
+        in_region.set_shared_memory("out", 64)
+        result = client.infer(
+            "simple", inputs, outputs=[in_region, grpcclient.InferRequestedOutput("OUTPUT1")]
+        )
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(regions["out"], np.int32, [1, 16]), a + b)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+        with pytest.raises(InferenceServerException, match="already"):
+            client.register_system_shared_memory("in", f"{key}_in", 128)
+        client.unregister_system_shared_memory()
+        assert not client.get_system_shared_memory_status().regions
+    finally:
+        client.unregister_system_shared_memory()
+        for handle in regions.values():
+            shm.destroy_shared_memory_region(handle)
+
+
+def test_explicit_model_control(tmp_path: Path) -> None:
+    shutil.copytree(EXAMPLES, tmp_path / "repository")
+    explicit = start_nereid(
+        tmp_path / "repository",
+        tmp_path / "nereid.log",
+        "--model-control-mode=explicit",
+        "--load-model=simple",
+        grpc=True,
+    )
+    try:
+        client = grpcclient.InferenceServerClient(explicit.grpc_url)
+        assert client.is_model_ready("simple") and not client.is_model_ready("simple_int8")
+        client.load_model("simple_int8")
+        assert client.is_model_ready("simple_int8")
+        client.unload_model("simple")
+        assert not client.is_model_ready("simple")
+        ready = {m.name for m in client.get_model_repository_index().models if m.state == "READY"}
+        assert ready == {"simple_int8"}
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("no_such_model")
+        assert info.value.status() in ("StatusCode.INVALID_ARGUMENT", "StatusCode.NOT_FOUND")
+    finally:
+        stop(explicit.process)

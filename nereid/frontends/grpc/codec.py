@@ -16,8 +16,9 @@ from nereid.datatypes import (
     tensor_from_bytes,
     tensor_to_bytes,
 )
-from nereid.errors import InvalidArgument, Unsupported
+from nereid.errors import InvalidArgument
 from nereid.request_checks import request_prefix
+from nereid.shared_memory import SharedMemoryRef
 from nereid.tensor_data import element_count
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
@@ -67,36 +68,72 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
     parameters = _request_parameters(message.parameters) if message.parameters else {}
     raw = message.raw_input_contents
     raw_count = len(raw)
+    raw_used = 0  # raw contents go, in order, to the inputs that are not in shared memory
     inputs: list[InferTensor] = []
-    for index, tensor in enumerate(message.inputs):
+    for tensor in message.inputs:
         name = tensor.name
         datatype = tensor.datatype
         shape = tuple(tensor.shape)
         tensor_parameters = _tensor_parameters(tensor.parameters) if tensor.parameters else {}
         if "shared_memory_region" in tensor_parameters:
-            raise Unsupported(f"input '{name}': shared memory inputs are not supported yet")
+            if tensor.HasField("contents"):
+                raise InvalidArgument(
+                    f"contents field must not be specified when using shared memory for '{name}' for model "
+                    f"'{model_name}'"
+                )
+            _check_shape(shape, name)
+            ref = _shared_memory_ref(tensor_parameters, name)
+            # the engine, which owns the registered regions, reads the data
+            inputs.append(InferTensor(name, datatype, shape, _NO_DATA, tensor_parameters, ref))
+            continue
         if raw_count:
             if tensor.HasField("contents"):
                 raise InvalidArgument(
                     f"contents field must not be specified when using raw_input_contents for '{name}' for "
                     f"model '{model_name}'"
                 )
-            if index >= raw_count:
+            if raw_used >= raw_count:
                 raise _no_data(name, model_name)
             _check_shape(shape, name)
             if datatype not in WIRE_DATATYPES:
                 raise InvalidArgument(f"invalid datatype for input {name}")
-            data = tensor_from_bytes(raw[index], datatype, shape, name, model_name, prefix)
+            data = tensor_from_bytes(raw[raw_used], datatype, shape, name, model_name, prefix)
+            raw_used += 1
         else:
             data = _from_contents(tensor, datatype, shape, model_name, prefix)
         inputs.append(InferTensor(name, datatype, shape, data, tensor_parameters))
-    if raw_count > len(inputs):
+    if raw_count > raw_used:
         raise InvalidArgument(
             f"unexpected additional input data for model '{model_name}': {raw_count} raw_input_contents for "
-            f"{len(inputs)} inputs"
+            f"{raw_used} inputs that take them"
         )
     outputs = [_requested_output(output) for output in message.outputs] if message.outputs else None
     return InferRequest(model_name, message.model_version, inputs, outputs, request_id, parameters)
+
+
+_NO_DATA = np.empty(0, dtype=np.uint8)  # placeholder until the engine reads the shared memory region
+
+
+def _shared_memory_ref(parameters: dict[str, Any], name: str) -> SharedMemoryRef:
+    """Where a tensor is (input) or goes (output), from its shared_memory_* parameters."""
+    region = parameters["shared_memory_region"]
+    if "shared_memory_byte_size" not in parameters:
+        raise InvalidArgument(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for "
+            f"tensor '{name}'"
+        )
+    offset = parameters.get("shared_memory_offset", 0)
+    size = parameters["shared_memory_byte_size"]
+    if not isinstance(region, str):
+        raise InvalidArgument(
+            "invalid value type for 'shared_memory_region' parameter, expected string_param"
+        )
+    for key, value in (("shared_memory_offset", offset), ("shared_memory_byte_size", size)):
+        if type(value) is not int or value < 0:
+            raise InvalidArgument(
+                f"invalid value type for '{key}' parameter, expected a non-negative int64_param"
+            )
+    return SharedMemoryRef(region, offset, size)
 
 
 def _no_data(name: str, model_name: str) -> InvalidArgument:
@@ -187,8 +224,6 @@ def _tensor_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str,
 def _requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
     name = output.name
     parameters = _tensor_parameters(output.parameters) if output.parameters else {}
-    if "shared_memory_region" in parameters:
-        raise Unsupported(f"output '{name}': shared memory outputs are not supported yet")
     class_count = 0
     if "classification" in output.parameters:
         if output.parameters["classification"].WhichOneof("parameter_choice") != "int64_param":
@@ -198,7 +233,10 @@ def _requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor) -
             raise InvalidArgument(
                 f"output '{name}': 'classification' must not be negative, got {class_count}"
             )
-    return RequestedOutput(name, None, class_count, parameters)
+    shared_memory = None
+    if "shared_memory_region" in parameters:
+        shared_memory = _shared_memory_ref(parameters, name)
+    return RequestedOutput(name, None, class_count, parameters, shared_memory)
 
 
 def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
@@ -214,7 +252,10 @@ def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
         output.name = tensor.name
         output.datatype = tensor.datatype
         output.shape.extend(tensor.shape)
-        contents.append(tensor_to_bytes(tensor.data, tensor.datatype))
+        # an output written into the client's shared memory keeps its place with empty contents
+        contents.append(
+            b"" if tensor.shared_memory is not None else tensor_to_bytes(tensor.data, tensor.datatype)
+        )
     if response.parameters:
         set_parameters(message.parameters, response.parameters)
     return message
@@ -235,3 +276,26 @@ def set_parameters(target: Any, values: Mapping[str, Any]) -> None:
             parameter.double_param = value
         else:
             parameter.string_param = str(value)
+
+
+def load_parameters(
+    parameters: Mapping[str, pb.ModelRepositoryParameter], model_name: str
+) -> tuple[str | None, dict[str, bytes]]:
+    """The `config` override (a string) and the `file:<path>` contents (bytes) of a load request."""
+    config: str | None = None
+    files: dict[str, bytes] = {}
+    for key, parameter in parameters.items():
+        kind = parameter.WhichOneof("parameter_choice")
+        if key == "config":
+            if kind != "string_param":
+                raise InvalidArgument(
+                    f"load of model '{model_name}': parameter 'config' must be a string_param"
+                )
+            config = parameter.string_param
+        elif key.startswith("file:"):
+            if kind != "bytes_param":
+                raise InvalidArgument(
+                    f"load of model '{model_name}': parameter '{key}' must be a bytes_param"
+                )
+            files[key] = parameter.bytes_param
+    return config, files

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -13,7 +14,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from nereid.engine import Engine
 from nereid.errors import NereidError, Unsupported, unexpected
-from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response
+from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import stream_responses
 
@@ -141,21 +142,83 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         except NereidError as exc:
             await context.abort(GRPC_STATUS[exc.status], exc.message)
 
+    # model control (explicit mode)
+    @_rpc
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Context
+    ) -> pb.RepositoryModelLoadResponse:
+        if request.repository_name:
+            raise Unsupported("'repository_name' specification is not supported")
+        config, files = load_parameters(request.parameters, request.model_name)
+        await self._engine.load_model(request.model_name, config, files)
+        return pb.RepositoryModelLoadResponse()
+
+    @_rpc
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
+    ) -> pb.RepositoryModelUnloadResponse:
+        if request.repository_name:
+            raise Unsupported("'repository_name' specification is not supported")
+        # `unload_dependents` has nothing to act on until ensembles exist
+        await self._engine.unload_model(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+    # shared memory: an empty name means every region, as in Triton
+    @_rpc
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in self._engine.shared_memory.system_status(request.name or None):
+            response.regions[region["name"]].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(**region)
+            )
+        return response
+
+    @_rpc
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        self._engine.shared_memory.register_system(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self._engine.shared_memory.unregister_system(request.name or None)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        response = pb.CudaSharedMemoryStatusResponse()
+        for region in self._engine.shared_memory.cuda_status(request.name or None):
+            response.regions[region["name"]].CopyFrom(
+                pb.CudaSharedMemoryStatusResponse.RegionStatus(**region)
+            )
+        return response
+
+    @_rpc
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        # the registry takes the handle as HTTP carries it, in base64
+        handle = base64.b64encode(request.raw_handle).decode("ascii")
+        self._engine.shared_memory.register_cuda(request.name, handle, request.device_id, request.byte_size)
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self._engine.shared_memory.unregister_cuda(request.name or None)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
     # features of later versions: UNIMPLEMENTED, saying which
     ModelStatistics = _later("ModelStatistics", "the statistics extension")
-    RepositoryModelLoad = _later(
-        "RepositoryModelLoad", "explicit model control (--model-control-mode=explicit)"
-    )
-    RepositoryModelUnload = _later(
-        "RepositoryModelUnload", "explicit model control (--model-control-mode=explicit)"
-    )
-    SystemSharedMemoryStatus = _later("SystemSharedMemoryStatus", "the system_shared_memory extension")
-    SystemSharedMemoryRegister = _later("SystemSharedMemoryRegister", "the system_shared_memory extension")
-    SystemSharedMemoryUnregister = _later(
-        "SystemSharedMemoryUnregister", "the system_shared_memory extension"
-    )
-    CudaSharedMemoryStatus = _later("CudaSharedMemoryStatus", "the cuda_shared_memory extension")
-    CudaSharedMemoryRegister = _later("CudaSharedMemoryRegister", "the cuda_shared_memory extension")
-    CudaSharedMemoryUnregister = _later("CudaSharedMemoryUnregister", "the cuda_shared_memory extension")
     TraceSetting = _later("TraceSetting", "the trace extension")
     LogSettings = _later("LogSettings", "the logging extension")

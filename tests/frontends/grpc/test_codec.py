@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from nereid.errors import InvalidArgument, NereidError, Unsupported
+from nereid.errors import InvalidArgument, NereidError
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response
+from nereid.shared_memory import SharedMemoryRef
 from nereid.types import InferResponse, InferTensor
 
 Tensor = pb.ModelInferRequest.InferInputTensor
@@ -191,7 +192,35 @@ def test_requested_outputs_and_classification() -> None:
         "invalid value type for 'classification' parameter, expected int64_param"
     )
     shm = Output(name="OUT", parameters={"shared_memory_region": pb.InferParameter(string_param="r")})
-    assert "shared memory" in _fails(_request(tensor, outputs=[shm]), Unsupported)
+    assert _fails(_request(tensor, outputs=[shm])) == (
+        "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor 'OUT'"
+    )
+    shm.parameters["shared_memory_byte_size"].int64_param = 64
+    shm.parameters["shared_memory_offset"].int64_param = 8
+    (_, requested) = decode_infer_request(_request(tensor, outputs=[classify, shm])).outputs or []
+    assert requested.shared_memory == SharedMemoryRef("r", 8, 64)
+
+
+def test_shared_memory_inputs_take_no_raw_contents() -> None:
+    in_shm = Tensor(name="A", datatype="INT32", shape=[1, 4])
+    in_shm.parameters["shared_memory_region"].string_param = "r"
+    in_shm.parameters["shared_memory_byte_size"].int64_param = 16
+    message = _request(
+        in_shm, Tensor(name="B", datatype="INT32", shape=[1, 4]), raw_input_contents=[b"\0" * 16]
+    )
+    a, b = decode_infer_request(message).inputs
+    assert (
+        a.shared_memory == SharedMemoryRef("r", 0, 16) and b.shared_memory is None and b.data.shape == (1, 4)
+    )
+    in_shm.contents.int_contents.extend([1, 2, 3, 4])
+    assert "must not be specified when using shared memory for 'A'" in _fails(_request(in_shm))
+
+
+def test_shared_memory_outputs_keep_their_place_empty() -> None:
+    data = np.zeros((1, 2), dtype=np.int32)
+    in_region = InferTensor("A", "INT32", (1, 2), data, {}, SharedMemoryRef("r", 0, 8))
+    response = InferResponse("m", "1", [in_region, InferTensor("B", "INT32", (1, 2), data)])
+    assert list(encode_infer_response(response).raw_output_contents) == [b"", b"\0" * 8]
 
 
 def test_response_always_in_raw_output_contents() -> None:

@@ -94,6 +94,24 @@ def test_model_metadata_readiness_and_config(grpc_server: InProcessServer) -> No
             "UNIMPLEMENTED",
             "'repository_name' specification is not supported",
         ),
+        (
+            "RepositoryModelLoad",
+            pb.RepositoryModelLoadRequest(model_name="simple"),
+            "UNAVAILABLE",
+            "explicit model load / unload is not allowed if polling is enabled",
+        ),
+        (
+            "RepositoryModelUnload",
+            pb.RepositoryModelUnloadRequest(model_name="simple"),
+            "UNAVAILABLE",
+            "explicit model load / unload is not allowed if polling is enabled",
+        ),
+        (
+            "SystemSharedMemoryStatus",
+            pb.SystemSharedMemoryStatusRequest(name="nope"),
+            "NOT_FOUND",
+            "Unable to find system shared memory region: 'nope'",
+        ),
     ],
 )
 def test_errors_carry_triton_codes_and_texts(
@@ -120,18 +138,6 @@ def test_repository_index(grpc_server: InProcessServer) -> None:
     ("rpc", "request_message", "feature"),
     [
         ("ModelStatistics", pb.ModelStatisticsRequest(), "statistics"),
-        ("RepositoryModelLoad", pb.RepositoryModelLoadRequest(model_name="simple"), "model control"),
-        ("RepositoryModelUnload", pb.RepositoryModelUnloadRequest(model_name="simple"), "model control"),
-        ("SystemSharedMemoryStatus", pb.SystemSharedMemoryStatusRequest(), "system_shared_memory"),
-        (
-            "SystemSharedMemoryRegister",
-            pb.SystemSharedMemoryRegisterRequest(name="r"),
-            "system_shared_memory",
-        ),
-        ("SystemSharedMemoryUnregister", pb.SystemSharedMemoryUnregisterRequest(), "system_shared_memory"),
-        ("CudaSharedMemoryStatus", pb.CudaSharedMemoryStatusRequest(), "cuda_shared_memory"),
-        ("CudaSharedMemoryRegister", pb.CudaSharedMemoryRegisterRequest(name="r"), "cuda_shared_memory"),
-        ("CudaSharedMemoryUnregister", pb.CudaSharedMemoryUnregisterRequest(), "cuda_shared_memory"),
         ("TraceSetting", pb.TraceSettingRequest(), "trace"),
         ("LogSettings", pb.LogSettingsRequest(), "logging"),
     ],
