@@ -15,4 +15,6 @@ GRPC_STATUS = {
     Status.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
     Status.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
     Status.CANCELLED: grpc.StatusCode.CANCELLED,
+    # Triton answers a restricted protocol called without its header with UNAVAILABLE
+    Status.PERMISSION_DENIED: grpc.StatusCode.UNAVAILABLE,
 }

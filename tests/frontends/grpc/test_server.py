@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import grpc
 import pytest
 
-from nereid.errors import Unavailable
+from nereid.errors import Status, Unavailable
 from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.grpc.server import MAX_MESSAGE_BYTES, server_options
+from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.settings import GrpcOptions, ServerSettings
 from tests.conftest import EXAMPLES
 from tests.frontends.grpc.conftest import InProcessServer
@@ -52,3 +54,9 @@ def test_tls_files_that_cannot_be_read_are_a_clear_error(grpc_server: InProcessS
     )
     with pytest.raises(Unavailable, match="gRPC TLS: cannot read .*missing"):
         asyncio.run(start_grpc_server(grpc_server.engine, settings))
+
+
+def test_every_status_has_a_grpc_code() -> None:
+    assert set(GRPC_STATUS) == set(Status)
+    assert GRPC_STATUS[Status.UNSUPPORTED] == grpc.StatusCode.UNIMPLEMENTED
+    assert GRPC_STATUS[Status.INVALID_ARG] == grpc.StatusCode.INVALID_ARGUMENT
