@@ -55,8 +55,11 @@ def start(cmd: list[str], name: str, env: dict[str, str] | None = None) -> subpr
     return proc
 
 
-def start_nereid(port: int, repository: Path = EXAMPLES) -> subprocess.Popen[bytes]:
-    """Start Nereid on `repository` serving HTTP only on 127.0.0.1:port."""
+def start_nereid(
+    port: int, repository: Path = EXAMPLES, grpc_port: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Start Nereid on `repository` serving HTTP on 127.0.0.1:port, and gRPC on grpc_port when given."""
+    grpc = ["--grpc-address=127.0.0.1", f"--grpc-port={grpc_port}"] if grpc_port else ["--allow-grpc=false"]
     return start(
         [
             sys.executable,
@@ -67,7 +70,7 @@ def start_nereid(port: int, repository: Path = EXAMPLES) -> subprocess.Popen[byt
             str(port),
             "--http-address",
             "127.0.0.1",
-            "--allow-grpc=false",
+            *grpc,
             "--allow-metrics=false",
         ],
         "nereid",

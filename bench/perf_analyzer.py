@@ -73,13 +73,15 @@ def install_perf_analyzer() -> tuple[Path, Path]:
     return binary, lib
 
 
-def start_triton(port: int, repository: Path) -> subprocess.Popen[bytes]:
-    command, env = triton_command(repository, port)
+def start_triton(port: int, repository: Path, grpc_port: int | None = None) -> subprocess.Popen[bytes]:
+    command, env = triton_command(repository, port, grpc_port)
     return start(command, "triton", env)
 
 
-def measure(binary: Path, lib: Path, port: int, args: argparse.Namespace) -> list[dict[str, str]]:
-    """Run perf_analyzer on model `simple` at 127.0.0.1:port; one CSV row per concurrency."""
+def measure(
+    binary: Path, lib: Path, port: int, args: argparse.Namespace, protocol: str = "http"
+) -> list[dict[str, str]]:
+    """Run perf_analyzer on model `simple` at 127.0.0.1:port over `protocol`; one CSV row per concurrency."""
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib), env.get("LD_LIBRARY_PATH")) if p)
     with tempfile.TemporaryDirectory(prefix="nereid-bench-") as tmp:
@@ -91,6 +93,8 @@ def measure(binary: Path, lib: Path, port: int, args: argparse.Namespace) -> lis
                 "simple",
                 "-u",
                 f"127.0.0.1:{port}",
+                "-i",
+                protocol,
                 "--concurrency-range",
                 args.concurrency_range,
                 "--measurement-interval",

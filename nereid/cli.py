@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from nereid.settings import API_GROUPS, RestrictedApi, ServerSettings
+from nereid.settings import API_GROUPS, GrpcOptions, RestrictedApi, ServerSettings
 
 # Triton flags that a later version of Nereid implements. They are accepted so existing command lines
 # keep working, and each one given is reported at start-up as having no effect yet.
@@ -15,16 +15,6 @@ NOT_YET_SUPPORTED = (
     "--http-thread-count",
     "--http-header-forward-pattern",
     "--reuse-http-port",
-    "--reuse-grpc-port",
-    "--grpc-infer-thread-count",
-    "--grpc-use-ssl",
-    "--grpc-use-ssl-mutual",
-    "--grpc-server-cert",
-    "--grpc-server-key",
-    "--grpc-root-cert",
-    "--grpc-infer-response-compression-level",
-    "--grpc-keepalive-time",
-    "--grpc-keepalive-timeout",
     "--grpc-restricted-protocol",
     "--grpc-header-forward-pattern",
     "--metrics-config",
@@ -49,6 +39,13 @@ NOT_YET_SUPPORTED = (
     "--host-policy",
 )
 
+# Triton flags that size Triton's own C++ thread and memory pools; Nereid has no such pools.
+NO_EFFECT = (
+    "--grpc-infer-thread-count",
+    "--grpc-infer-allocation-pool-size",
+    "--grpc-max-response-pool-size",
+)
+
 
 def _bool(value: str) -> bool:
     lowered = value.strip().lower()
@@ -62,7 +59,7 @@ def _bool(value: str) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nereid",
-        description="Serve a Triton model repository over Triton's HTTP/REST protocol.",
+        description="Serve a Triton model repository over Triton's HTTP/REST and gRPC protocols.",
         allow_abbrev=False,
     )
     p.add_argument(
@@ -81,6 +78,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-grpc", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--grpc-address", default="0.0.0.0")
     p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--reuse-grpc-port", type=_bool, default=False, metavar="BOOL")
+    p.add_argument("--grpc-use-ssl", type=_bool, default=False, metavar="BOOL")
+    p.add_argument("--grpc-use-ssl-mutual", type=_bool, default=False, metavar="BOOL")
+    p.add_argument("--grpc-server-cert", default="", metavar="FILE")
+    p.add_argument("--grpc-server-key", default="", metavar="FILE")
+    p.add_argument("--grpc-root-cert", default="", metavar="FILE")
+    p.add_argument(
+        "--grpc-infer-response-compression-level", default="none", choices=["none", "low", "medium", "high"]
+    )
+    p.add_argument("--grpc-keepalive-time", type=int, default=7_200_000, metavar="MS")
+    p.add_argument("--grpc-keepalive-timeout", type=int, default=20_000, metavar="MS")
+    p.add_argument("--grpc-keepalive-permit-without-calls", type=_bool, default=False, metavar="BOOL")
+    p.add_argument("--grpc-http2-max-pings-without-data", type=int, default=2)
+    p.add_argument(
+        "--grpc-http2-min-recv-ping-interval-without-data", type=int, default=300_000, metavar="MS"
+    )
+    p.add_argument("--grpc-http2-max-ping-strikes", type=int, default=2)
+    p.add_argument("--grpc-max-connection-age", type=int, default=None, metavar="MS")
+    p.add_argument("--grpc-max-connection-age-grace", type=int, default=None, metavar="MS")
     p.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--metrics-address", default="0.0.0.0")
     p.add_argument("--metrics-port", type=int, default=8002)
@@ -115,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-on-error", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-timeout-secs", type=int, default=30)
     p.add_argument("--log-verbose", type=int, default=0)
-    for flag in NOT_YET_SUPPORTED:
+    for flag in NOT_YET_SUPPORTED + NO_EFFECT:
         p.add_argument(flag, action="append", default=None, help=argparse.SUPPRESS)
     return p
 
@@ -140,6 +156,11 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
     warnings = [
         f"{flag} is not supported yet and has no effect"
         for flag in NOT_YET_SUPPORTED
+        if getattr(args, flag.lstrip("-").replace("-", "_")) is not None
+    ]
+    warnings += [
+        f"{flag} sizes a thread or memory pool of Triton's that Nereid does not have; it has no effect"
+        for flag in NO_EFFECT
         if getattr(args, flag.lstrip("-").replace("-", "_")) is not None
     ]
     if args.load_model and args.model_control_mode != "explicit":
@@ -168,6 +189,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
+        grpc=_grpc_options(args),
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,
@@ -189,6 +211,35 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         backend_config=backend_config,
     )
     return settings, warnings
+
+
+def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
+    use_ssl = args.grpc_use_ssl or args.grpc_use_ssl_mutual
+    if use_ssl and not (args.grpc_server_cert and args.grpc_server_key):
+        raise SystemExit("nereid: --grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
+    if args.grpc_use_ssl_mutual and not args.grpc_root_cert:
+        raise SystemExit("nereid: --grpc-use-ssl-mutual needs --grpc-root-cert to check client certificates")
+
+    def path(value: str) -> Path | None:
+        return Path(value) if value else None
+
+    return GrpcOptions(
+        use_ssl=use_ssl,
+        use_ssl_mutual=args.grpc_use_ssl_mutual,
+        server_cert=path(args.grpc_server_cert),
+        server_key=path(args.grpc_server_key),
+        root_cert=path(args.grpc_root_cert),
+        infer_response_compression_level=args.grpc_infer_response_compression_level,
+        keepalive_time_ms=args.grpc_keepalive_time,
+        keepalive_timeout_ms=args.grpc_keepalive_timeout,
+        keepalive_permit_without_calls=args.grpc_keepalive_permit_without_calls,
+        http2_max_pings_without_data=args.grpc_http2_max_pings_without_data,
+        http2_min_recv_ping_interval_without_data_ms=args.grpc_http2_min_recv_ping_interval_without_data,
+        http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
+        max_connection_age_ms=args.grpc_max_connection_age,
+        max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
+        reuse_port=args.reuse_grpc_port,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -69,27 +69,22 @@ def element_size(datatype: str) -> int:
     return 0 if datatype == "BYTES" else _NUMPY[datatype].itemsize
 
 
-def deserialize_bytes(buffer: bytes | memoryview, count: int, tensor: str, model: str = "") -> np.ndarray:
-    """Decode `count` length-prefixed (4-byte LE) elements into a numpy object array."""
+def deserialize_bytes(
+    buffer: bytes | memoryview, count: int, tensor: str, model: str = "", prefix: str = ""
+) -> np.ndarray:
+    """Decode the length-prefixed (4-byte LE) elements of a buffer: exactly `count` of them, with Triton's
+    errors (it reads the whole buffer, then compares counts). `prefix` is the request's "[request id: ..] "."""
     view = memoryview(buffer)
     end = len(view)
     of_model = f" for model '{model}'" if model else ""
-    if count > end // 4:  # each element has at least its 4-byte length: refuse before allocating
-        raise InvalidArgument(
-            f"expected {count} string elements for inference input '{tensor}'{of_model}, but its "
-            f"{end} bytes cannot hold them"
-        )
-    out = np.empty(count, dtype=np.object_)
+    items: list[bytes] = []  # at most end // 4 of them: each element has its 4-byte length
     pos = 0
-    for i in range(count):
-        if pos == end:
-            raise InvalidArgument(
-                f"expected {count} string elements for inference input '{tensor}'{of_model}, got {i}"
-            )
+    while pos < end:
         if pos + 4 > end:
             raise InvalidArgument(
-                f"incomplete string length indicator for inference input '{tensor}', expecting 4 bytes but "
-                f"only {end - pos} bytes available"
+                f"{prefix}incomplete string length indicator for inference input '{tensor}'{of_model}, expecting "
+                f"4 bytes but only {end - pos} bytes available. Please make sure the string length indicator is "
+                "in one buffer."
             )
         (length,) = struct.unpack_from("<I", view, pos)
         pos += 4
@@ -98,14 +93,26 @@ def deserialize_bytes(buffer: bytes | memoryview, count: int, tensor: str, model
                 f"incomplete string data for inference input '{tensor}', expecting string of length {length} "
                 f"but only {end - pos} bytes available"
             )
-        out[i] = bytes(view[pos : pos + length])
+        items.append(bytes(view[pos : pos + length]))
         pos += length
-    if pos != end:
-        raise InvalidArgument(
-            f"unexpected number of string elements for inference input '{tensor}'{of_model}: {end - pos} "
-            f"bytes remain after the {count} elements its shape holds"
-        )
+    check_string_count(len(items), count, tensor, model, prefix)
+    out = np.empty(count, dtype=np.object_)
+    out[:] = items
     return out
+
+
+def check_string_count(found: int, count: int, tensor: str, model: str, prefix: str) -> None:
+    """A BYTES input must hold as many elements as its shape: Triton's two texts for too few, too many."""
+    of_model = f" for model '{model}'" if model else ""
+    if found < count:
+        raise InvalidArgument(
+            f"{prefix}expected {count} string elements for inference input '{tensor}'{of_model}, got {found}"
+        )
+    if found > count:
+        raise InvalidArgument(
+            f"{prefix}unexpected number of string elements {found} for inference input '{tensor}'{of_model}, "
+            f"expecting {count}"
+        )
 
 
 def serialize_bytes(array: np.ndarray) -> bytes:
@@ -136,12 +143,12 @@ def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes:
 
 
 def tensor_from_bytes(
-    buffer: memoryview, datatype: str, shape: tuple[int, ...], name: str, model_name: str, prefix: str
+    buffer: bytes | memoryview, datatype: str, shape: tuple[int, ...], name: str, model_name: str, prefix: str
 ) -> np.ndarray:
     """A tensor from its raw little-endian bytes (length-prefixed elements for BYTES), size checked."""
     count = math.prod(shape)
     if datatype == "BYTES":
-        return deserialize_bytes(buffer, count, name, model_name).reshape(shape)
+        return deserialize_bytes(buffer, count, name, model_name, prefix).reshape(shape)
     expected = count * element_size(datatype)
     if len(buffer) != expected:
         raise InvalidArgument(

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid import TRITON_PROTOCOL_VERSION
 from nereid.classification import classify
@@ -64,6 +65,10 @@ class Engine:
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         return self.models.get(name, version).config_json
+
+    def model_config_message(self, name: str, version: str = "") -> mc.ModelConfig:
+        """The completed `ModelConfig` message itself, as the gRPC frontend sends it."""
+        return self.models.get(name, version).config
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         return self.models.index(ready_only)

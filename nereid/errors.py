@@ -64,3 +64,8 @@ class InternalError(NereidError):
 
 class ModelConfigError(InvalidArgument):
     """config.pbtxt could not be parsed or is not valid; the message names file and field."""
+
+
+def unexpected(exc: Exception) -> InternalError:
+    """What a client is told about an exception nobody expected (the server logs its traceback)."""
+    return InternalError(f"internal error: {type(exc).__name__}: {exc}")

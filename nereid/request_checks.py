@@ -113,7 +113,12 @@ def _count_error(
 def _check_batch(model: ModelVersion, ordered: list[InferTensor], request: InferRequest) -> None:
     batch = ordered[0].shape[0] if ordered and ordered[0].shape else 0
     for tensor in ordered:
-        if (tensor.shape[0] if tensor.shape else 0) != batch:
+        if not tensor.shape:
+            raise InvalidArgument(
+                f"{request_prefix(request.id)}input '{tensor.name}' has no shape but model requires batch "
+                f"dimension for '{model.name}'"
+            )
+        if tensor.shape[0] != batch:
             raise InvalidArgument(
                 f"{request_prefix(request.id)}input '{tensor.name}' batch size does not match other inputs "
                 f"for '{model.name}'"

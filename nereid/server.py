@@ -10,8 +10,11 @@ from collections.abc import Coroutine
 from functools import partial
 from typing import Any
 
+import grpc
+
 from nereid.engine import Engine
-from nereid.errors import NereidError
+from nereid.errors import NereidError, Unavailable
+from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
 from nereid.metrics import MetricsExporter, handle_metrics
 from nereid.repository import ModelManager
@@ -52,57 +55,83 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
         log.error("%s", exc.message)
         return 1
     print(model_table(engine), flush=True)
-    if settings.exit_on_error and not engine.models.all_ready():
-        log.error("exiting: not every model loaded (start with --exit-on-error=false to serve the others)")
-        engine.shutdown()
-        return 1
-    if settings.allow_grpc:
-        log.warning("gRPC is not supported yet: nothing listens on port %d", settings.grpc_port)
-    if not settings.allow_http:
-        log.error("exiting: --allow-http=false leaves no endpoint to serve")
-        engine.shutdown()
-        return 1
     try:
-        _run(_serve(engine, settings))
-    except OSError as exc:  # an address is taken or cannot be bound
-        log.error("exiting: cannot listen: %s", exc)
-        return 1
+        if settings.exit_on_error and not engine.models.all_ready():
+            log.error(
+                "exiting: not every model loaded (start with --exit-on-error=false to serve the others)"
+            )
+            return 1
+        if not settings.allow_http and not settings.allow_grpc:
+            log.error("exiting: --allow-http=false and --allow-grpc=false leave no endpoint to serve")
+            return 1
+        return _run(_serve(engine, settings))
     finally:
         engine.shutdown()
-    return 0
 
 
-def _run(main: Coroutine[Any, Any, None]) -> None:
+def _run(main: Coroutine[Any, Any, int]) -> int:
     try:
         import uvloop
     except ImportError:  # uvloop does not exist on every platform; asyncio's own loop works too
-        asyncio.run(main)
-    else:
-        uvloop.run(main)
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
-async def _serve(engine: Engine, settings: ServerSettings) -> None:
-    """Serve until SIGINT or SIGTERM, then let requests in flight finish for --exit-timeout-secs."""
-    frontend = HttpFrontend(engine, settings)
-    http = HttpServer(frontend.handle, error_response, settings.http_max_input_size)
-    await http.start(settings.http_address, settings.http_port)
-    log.info("Started HTTPService at %s:%d", settings.http_address, http.port)
+async def _serve(engine: Engine, settings: ServerSettings) -> int:
+    """HTTP, gRPC and metrics on one event loop until SIGINT or SIGTERM, then requests in flight get
+    --exit-timeout-secs to finish."""
+    http: HttpServer | None = None
+    grpc_server: grpc.aio.Server | None = None
     metrics: HttpServer | None = None
     sampler: asyncio.Task[None] | None = None
-    if settings.allow_metrics:
-        exporter = MetricsExporter(engine, settings.allow_cpu_metrics)
-        metrics = HttpServer(partial(handle_metrics, exporter), error_response, 64 * 1024)
-        await metrics.start(settings.metrics_address, settings.metrics_port)
-        sampler = asyncio.create_task(exporter.sample_forever(settings.metrics_interval_ms / 1000))
-        log.info("Started Metrics Service at %s:%d", settings.metrics_address, metrics.port)
+    try:
+        if settings.allow_grpc:
+            grpc_server, port = await start_grpc_server(engine, settings)
+            log.info("Started GRPCInferenceService at %s:%d", settings.grpc_address, port)
+        if settings.allow_http:
+            frontend = HttpFrontend(engine, settings)
+            http = HttpServer(frontend.handle, error_response, settings.http_max_input_size)
+            try:
+                await http.start(settings.http_address, settings.http_port)
+            except OSError as exc:  # the address is taken or cannot be bound
+                http = None
+                raise Unavailable(
+                    f"cannot serve HTTP on {settings.http_address}:{settings.http_port}: {exc}"
+                ) from None
+            log.info("Started HTTPService at %s:%d", settings.http_address, http.port)
+        if settings.allow_metrics:
+            exporter = MetricsExporter(engine, settings.allow_cpu_metrics)
+            metrics = HttpServer(partial(handle_metrics, exporter), error_response, 64 * 1024)
+            try:
+                await metrics.start(settings.metrics_address, settings.metrics_port)
+            except OSError as exc:
+                metrics = None
+                raise Unavailable(
+                    f"cannot serve metrics on {settings.metrics_address}:{settings.metrics_port}: {exc}"
+                ) from None
+            sampler = asyncio.create_task(exporter.sample_forever(settings.metrics_interval_ms / 1000))
+            log.info("Started Metrics Service at %s:%d", settings.metrics_address, metrics.port)
+    except NereidError as exc:
+        log.error("exiting: %s", exc.message)
+        await _stop(http, grpc_server, metrics, 0)
+        return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     log.info("stopping: requests in flight get up to %d s to finish", settings.exit_timeout_secs)
-    await http.stop(settings.exit_timeout_secs)
     if sampler is not None:
         sampler.cancel()
-    if metrics is not None:
-        await metrics.stop(1.0)
+    await _stop(http, grpc_server, metrics, settings.exit_timeout_secs)
+    return 0
+
+
+async def _stop(
+    http: HttpServer | None, grpc_server: grpc.aio.Server | None, metrics: HttpServer | None, grace: float
+) -> None:
+    await asyncio.gather(
+        *([http.stop(grace)] if http is not None else []),
+        *([grpc_server.stop(grace)] if grpc_server is not None else []),
+        *([metrics.stop(min(grace, 1.0))] if metrics is not None else []),
+    )

@@ -29,6 +29,27 @@ class RestrictedApi:
 
 
 @dataclass(frozen=True)
+class GrpcOptions:
+    """TLS, keepalive, compression and socket options of the gRPC endpoint (tritonserver's defaults)."""
+
+    use_ssl: bool = False
+    use_ssl_mutual: bool = False  # also require and check a client certificate
+    server_cert: Path | None = None
+    server_key: Path | None = None
+    root_cert: Path | None = None
+    infer_response_compression_level: str = "none"  # none, low, medium or high
+    keepalive_time_ms: int = 7_200_000
+    keepalive_timeout_ms: int = 20_000
+    keepalive_permit_without_calls: bool = False
+    http2_max_pings_without_data: int = 2
+    http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    http2_max_ping_strikes: int = 2
+    max_connection_age_ms: int | None = None
+    max_connection_age_grace_ms: int | None = None
+    reuse_port: bool = False
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     model_repositories: tuple[Path, ...]
     server_id: str = "triton"
@@ -39,10 +60,12 @@ class ServerSettings:
     http_max_input_size: int = 64 * 1024 * 1024
     http_restricted_api: tuple[RestrictedApi, ...] = ()
     allow_client_shm: bool = True  # clients may register system / CUDA shared memory regions
-    # ports that later frontends serve
+    # gRPC
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
+    grpc: GrpcOptions = field(default_factory=GrpcOptions)
+    # ports that later frontends serve
     allow_metrics: bool = True
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 8002

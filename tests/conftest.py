@@ -22,9 +22,19 @@ TRITON_EXAMPLES = ROOT.parent / "shared" / "fixtures" / "triton-examples"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct ports of 127.0.0.1 that were free a moment ago (held together, so never the same twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 @dataclass
@@ -32,10 +42,17 @@ class RunningServer:
     process: subprocess.Popen[bytes]
     http_port: int
     log_path: Path
+    grpc_port: int | None = None
 
     @property
     def url(self) -> str:
         return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        if self.grpc_port is None:
+            raise RuntimeError("this server was started without gRPC")
+        return f"127.0.0.1:{self.grpc_port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -57,8 +74,10 @@ def wait_ready(url: str, process: subprocess.Popen[bytes] | None, timeout: float
     raise TimeoutError(f"server at {url} not ready after {timeout} s")
 
 
-def start_nereid(repository: Path, log_path: Path, *extra: str) -> RunningServer:
-    port = free_port()
+def start_nereid(repository: Path, log_path: Path, *extra: str, grpc: bool = False) -> RunningServer:
+    """Nereid on free ports of 127.0.0.1, HTTP always, gRPC when asked; ready when this returns."""
+    port, grpc_port = free_ports(2)
+    grpc_flags = [f"--grpc-port={grpc_port}", "--grpc-address=127.0.0.1"] if grpc else ["--allow-grpc=false"]
     command = [
         sys.executable,
         "-m",
@@ -66,7 +85,7 @@ def start_nereid(repository: Path, log_path: Path, *extra: str) -> RunningServer
         f"--model-repository={repository}",
         f"--http-port={port}",
         "--http-address=127.0.0.1",
-        "--allow-grpc=false",
+        *grpc_flags,
         "--allow-metrics=false",
         *extra,
     ]
@@ -74,7 +93,7 @@ def start_nereid(repository: Path, log_path: Path, *extra: str) -> RunningServer
     process = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
     )
-    server = RunningServer(process, port, log_path)
+    server = RunningServer(process, port, log_path, grpc_port if grpc else None)
     try:
         wait_ready(server.url, process)
     except BaseException:

@@ -54,6 +54,14 @@ def test_flags_of_later_versions_are_reported_not_ignored() -> None:
         ["--model-repository=/a", "--http-restricted-api=model-repository"],
         ["--model-repository=/a", "--backend-config=novalue"],
         ["--model-repository=/a", "--allow-http=maybe"],
+        ["--model-repository=/a", "--grpc-use-ssl=true", "--grpc-server-cert=c.pem"],
+        [
+            "--model-repository=/a",
+            "--grpc-use-ssl-mutual=true",
+            "--grpc-server-cert=c",
+            "--grpc-server-key=k",
+        ],
+        ["--model-repository=/a", "--grpc-infer-response-compression-level=max"],
     ],
 )
 def test_unsupported_or_malformed_flags_stop_the_server(argv: list[str]) -> None:
@@ -81,3 +89,39 @@ def test_model_control_flags() -> None:
     )
     _, warnings = parse_settings(["--model-repository=/a", "--load-model=x"])
     assert warnings == ["--load-model has no effect unless --model-control-mode=explicit"]
+
+
+def test_grpc_flags() -> None:
+    settings, warnings = parse_settings(
+        [
+            "--model-repository=/a",
+            "--grpc-port=9001",
+            "--grpc-address=127.0.0.1",
+            "--grpc-use-ssl-mutual=true",
+            "--grpc-server-cert=server.crt",
+            "--grpc-server-key=server.key",
+            "--grpc-root-cert=ca.crt",
+            "--grpc-infer-response-compression-level=low",
+            "--grpc-keepalive-time=1000",
+            "--grpc-keepalive-permit-without-calls=true",
+            "--grpc-max-connection-age=60000",
+            "--reuse-grpc-port=1",
+            "--grpc-infer-allocation-pool-size=8",
+        ]
+    )
+    assert (settings.grpc_port, settings.grpc_address, settings.allow_grpc) == (9001, "127.0.0.1", True)
+    options = settings.grpc
+    assert options.use_ssl and options.use_ssl_mutual  # mutual TLS is TLS too
+    assert (options.server_cert, options.server_key, options.root_cert) == (
+        Path("server.crt"),
+        Path("server.key"),
+        Path("ca.crt"),
+    )
+    assert options.infer_response_compression_level == "low"
+    assert (options.keepalive_time_ms, options.keepalive_timeout_ms) == (1000, 20_000)
+    assert options.keepalive_permit_without_calls and options.reuse_port
+    assert (options.max_connection_age_ms, options.max_connection_age_grace_ms) == (60000, None)
+    assert warnings == [
+        "--grpc-infer-allocation-pool-size sizes a thread or memory pool of Triton's that Nereid does not "
+        "have; it has no effect"
+    ]

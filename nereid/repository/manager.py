@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,26 @@ class _ModelEntry:
     failures: dict[int | None, str] = field(default_factory=dict)  # None: the model as a whole
     unloaded: tuple[int, ...] = ()  # versions taken down by an unload
     uploaded: Path | None = None  # the private folder of a model delivered through the load API
+
+
+_VERSION = re.compile(r"\s*([+-]?[0-9]+)")
+_INT64_MAX = 2**63 - 1
+
+
+def version_number(version: str) -> int:
+    """A requested version string as a number, read as Triton reads it (C++ `stol`: a leading integer)."""
+    match = _VERSION.match(version)
+    if match is None or abs(int(match.group(1))) > _INT64_MAX:
+        raise InvalidArgument(
+            f"failed to get model version from specified version string '{version}' (details: stol), "
+            "version should be an integral value > 0"
+        )
+    number = int(match.group(1))
+    if number < 0:
+        raise InvalidArgument(
+            f"invalid model version specified '{version}' , version should be an integral value > 0"
+        )
+    return number
 
 
 class ModelManager:
@@ -230,19 +251,14 @@ class ModelManager:
         if entry is None:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         if version:
-            try:
-                number = int(version)
-            except ValueError:
-                raise NotFound(
-                    f"Request for unknown model: '{name}' version {version} is not found"
-                ) from None
+            number = version_number(version)
             model = entry.versions.get(number)
             if model is None:
                 if number in entry.failures or number in entry.unloaded:
                     raise Unavailable(
-                        f"Request for unknown model: '{name}' version {version} is not at ready state"
+                        f"Request for unknown model: '{name}' version {number} is not at ready state"
                     )
-                raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
+                raise NotFound(f"Request for unknown model: '{name}' version {number} is not found")
             return model
         versions = entry.versions
         if not versions:

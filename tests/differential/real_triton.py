@@ -50,13 +50,17 @@ def install_triton() -> tuple[list[str], dict[str, str]]:
     return [str(server / "bin" / "tritonserver"), f"--backend-directory={server / 'backends'}"], env
 
 
-def triton_command(repository: Path, http_port: int) -> tuple[list[str], dict[str, str]]:
+def triton_command(
+    repository: Path, http_port: int, grpc_port: int | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """tritonserver on 127.0.0.1: HTTP on `http_port`, gRPC on `grpc_port` when given, no metrics."""
     command, env = install_triton()
+    grpc = ["--grpc-address=127.0.0.1", f"--grpc-port={grpc_port}"] if grpc_port else ["--allow-grpc=false"]
     return [
         *command,
         f"--model-repository={repository}",
         "--http-address=127.0.0.1",
         f"--http-port={http_port}",
-        "--allow-grpc=false",
+        *grpc,
         "--allow-metrics=false",
     ], env

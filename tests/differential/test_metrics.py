@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_ports
 from tests.differential.test_differential import CASES, _send, server_pair
 
 pytestmark = pytest.mark.differential
@@ -21,16 +21,16 @@ COMPARED = re.compile(r"nv_inference_\w+|nv_cpu_\w+")
 
 @pytest.fixture(scope="module")
 def metrics_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str, str]]:
-    triton_port, nereid_port = free_port(), free_port()
+    triton_port, nereid_port = free_ports(2)
     with server_pair(
         tmp_path_factory.mktemp("metrics"),
         "--allow-metrics=true",
         triton_flags=(f"--metrics-port={triton_port}",),
         nereid_flags=(f"--metrics-port={nereid_port}", "--metrics-address=127.0.0.1"),
-    ) as (triton, nereid):
+    ) as pair:
         yield (
-            triton,
-            nereid,
+            pair.triton_http,
+            pair.nereid_http,
             f"http://127.0.0.1:{triton_port}/metrics",
             f"http://127.0.0.1:{nereid_port}/metrics",
         )

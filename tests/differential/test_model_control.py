@@ -25,8 +25,8 @@ pytestmark = pytest.mark.differential
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    with server_pair(tmp_path_factory.mktemp("control"), *CONTROL) as urls:
-        yield urls
+    with server_pair(tmp_path_factory.mktemp("control"), *CONTROL) as pair:
+        yield pair.triton_http, pair.nereid_http
 
 
 def _step(triton_url: str, nereid_url: str, step: dict[str, Any]) -> None:

@@ -21,8 +21,8 @@ SIZES = {"in0": 128, "out0": 128, "small": 16}
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    with server_pair(tmp_path_factory.mktemp("shm")) as urls:
-        yield urls
+    with server_pair(tmp_path_factory.mktemp("shm")) as pair:
+        yield pair.triton_http, pair.nereid_http
 
 
 @pytest.fixture(scope="module")

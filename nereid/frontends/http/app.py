@@ -11,7 +11,7 @@ import orjson
 
 from nereid.datatypes import element_size
 from nereid.engine import Engine
-from nereid.errors import Forbidden, InvalidArgument, NereidError, Status
+from nereid.errors import Forbidden, InvalidArgument, NereidError, Status, unexpected
 from nereid.frontends.http.codec import (
     decode_infer_request,
     decode_raw_binary_request,
@@ -90,7 +90,7 @@ class HttpFrontend:
             return error_response(HTTP_STATUS.get(exc.status, 400), exc.message)
         except Exception as exc:  # answered as INTERNAL, logged once with its traceback
             log.exception("unexpected error serving %s %s", request.method, request.path)
-            return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+            return error_response(500, unexpected(exc).message)
         # Triton compresses infer responses only; clients read other bodies as plain JSON.
         if compressible:
             accept = request.headers.get("accept-encoding")

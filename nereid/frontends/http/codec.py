@@ -16,6 +16,7 @@ from nereid.datatypes import (
 from nereid.errors import InvalidArgument
 from nereid.request_checks import request_prefix
 from nereid.shared_memory import SharedMemoryRef
+from nereid.tensor_data import MAX_ELEMENTS, MAX_RANK, shape_too_large
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
@@ -102,9 +103,6 @@ def _parameters(value: Any, where: str) -> dict[str, Any]:
             )
     return value
 
-
-_MAX_RANK = 32  # numpy's own limit is 64; no model has tensors of higher rank
-_MAX_ELEMENTS = 2**40  # numpy refuses shapes whose byte size overflows, even with a zero dimension
 
 _ONE_SOURCE = (
     "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
@@ -193,11 +191,8 @@ def _element_count(shape: tuple[Any, ...], name: str) -> int:
             )
         count *= d
         bound *= d or 1
-    if len(shape) > _MAX_RANK or bound > _MAX_ELEMENTS:
-        raise InvalidArgument(
-            f"input '{name}' has shape {list(shape)}: more than {_MAX_RANK} dimensions or {_MAX_ELEMENTS} "
-            "elements cannot be served"
-        )
+    if len(shape) > MAX_RANK or bound > MAX_ELEMENTS:
+        raise shape_too_large(shape, name)
     return count
 
 

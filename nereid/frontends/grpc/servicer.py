@@ -1,0 +1,232 @@
+"""inference.GRPCInferenceService on the protocol-neutral engine: each RPC translates, the engine decides."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from nereid.engine import Engine
+from nereid.errors import NereidError, Unsupported, unexpected
+from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
+from nereid.frontends.grpc.status import GRPC_STATUS
+from nereid.frontends.grpc.stream import stream_responses
+
+log = logging.getLogger(__name__)
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+Context = Any  # grpc.aio.ServicerContext; grpcio ships no type information
+
+# Metadata with which a stream asks for a real gRPC status on the first error instead of `error_message`.
+STRICT_STREAM_KEY = "triton_grpc_error"
+
+
+def _rpc(
+    method: Callable[[Any, Request, Context], Awaitable[Response]],
+) -> Callable[[Any, Request, Context], Awaitable[Response]]:
+    """Answer a NereidError with its gRPC status and message; anything else as INTERNAL, logged once."""
+
+    @functools.wraps(method)
+    async def handler(self: Any, request: Request, context: Context) -> Response:
+        try:
+            return await method(self, request, context)
+        except NereidError as exc:
+            await context.abort(GRPC_STATUS[exc.status], exc.message)
+        except Exception as exc:
+            log.exception("unexpected error in %s", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, unexpected(exc).message)
+        raise AssertionError("unreachable: context.abort raises")
+
+    return handler
+
+
+def _later(rpc: str, feature: str) -> Callable[[Any, Any, Context], Awaitable[Any]]:
+    """The handler of an RPC whose feature comes in a later version."""
+    message = f"{rpc}: {feature} is not implemented by this server yet"
+
+    async def handler(self: Any, request: Any, context: Context) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
+
+    handler.__name__ = rpc
+    return handler
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    # health and metadata
+    @_rpc
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self._engine.is_live())
+
+    @_rpc
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Context) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self._engine.is_ready())
+
+    @_rpc
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self._engine.model_ready(request.name, request.version))
+
+    @_rpc
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Context
+    ) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(**self._engine.server_metadata())
+
+    @_rpc
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Context
+    ) -> pb.ModelMetadataResponse:
+        metadata = self._engine.model_metadata(request.name, request.version)
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=metadata["name"],
+            versions=metadata["versions"],
+            platform=metadata["platform"],
+            inputs=[tensor(**t) for t in metadata["inputs"]],
+            outputs=[tensor(**t) for t in metadata["outputs"]],
+        )
+
+    @_rpc
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
+        return pb.ModelConfigResponse(config=self._engine.model_config_message(request.name, request.version))
+
+    @_rpc
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Context
+    ) -> pb.RepositoryIndexResponse:
+        if request.repository_name:
+            raise Unsupported("'repository_name' specification is not supported")
+        index = pb.RepositoryIndexResponse.ModelIndex
+        return pb.RepositoryIndexResponse(
+            models=[index(**row) for row in self._engine.repository_index(request.ready)]
+        )
+
+    @_rpc
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Context
+    ) -> pb.ModelStatisticsResponse:
+        # The statistics JSON uses the message's own field names, so protobuf reads it as it is.
+        statistics = self._engine.statistics(request.name, request.version)
+        return json_format.ParseDict(statistics, pb.ModelStatisticsResponse())
+
+    # inference
+    async def infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        """One request through the engine; an unexpected exception becomes INTERNAL, logged once."""
+        try:
+            return encode_infer_response(await self._engine.infer(decode_infer_request(request)))
+        except NereidError:
+            raise
+        except Exception as exc:
+            log.exception("unexpected error serving ModelInfer for model '%s'", request.model_name)
+            raise unexpected(exc) from exc
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
+        # Not wrapped in _rpc: this is the hot path, and `infer` already turns every error into a NereidError.
+        # A client that cancels the RPC cancels this coroutine, and with it the engine's request.
+        try:
+            return await self.infer(request)
+        except NereidError as exc:
+            await context.abort(GRPC_STATUS[exc.status], exc.message)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        strict = any(
+            key == STRICT_STREAM_KEY and str(value).lower() == "true"
+            for key, value in context.invocation_metadata() or ()
+        )
+        try:
+            async for response in stream_responses(self.infer, request_iterator, strict):
+                yield response
+        except NereidError as exc:
+            await context.abort(GRPC_STATUS[exc.status], exc.message)
+
+    # model control (explicit mode)
+    @_rpc
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Context
+    ) -> pb.RepositoryModelLoadResponse:
+        if request.repository_name:
+            raise Unsupported("'repository_name' specification is not supported")
+        config, files = load_parameters(request.parameters, request.model_name)
+        await self._engine.load_model(request.model_name, config, files)
+        return pb.RepositoryModelLoadResponse()
+
+    @_rpc
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
+    ) -> pb.RepositoryModelUnloadResponse:
+        if request.repository_name:
+            raise Unsupported("'repository_name' specification is not supported")
+        # `unload_dependents` has nothing to act on until ensembles exist
+        await self._engine.unload_model(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+    # shared memory: an empty name means every region, as in Triton
+    @_rpc
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in self._engine.shared_memory.system_status(request.name or None):
+            response.regions[region["name"]].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(**region)
+            )
+        return response
+
+    @_rpc
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        self._engine.shared_memory.register_system(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self._engine.shared_memory.unregister_system(request.name or None)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        response = pb.CudaSharedMemoryStatusResponse()
+        for region in self._engine.shared_memory.cuda_status(request.name or None):
+            response.regions[region["name"]].CopyFrom(
+                pb.CudaSharedMemoryStatusResponse.RegionStatus(**region)
+            )
+        return response
+
+    @_rpc
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        # the registry takes the handle as HTTP carries it, in base64
+        handle = base64.b64encode(request.raw_handle).decode("ascii")
+        self._engine.shared_memory.register_cuda(request.name, handle, request.device_id, request.byte_size)
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self._engine.shared_memory.unregister_cuda(request.name or None)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    # features of later versions: UNIMPLEMENTED, saying which
+    TraceSetting = _later("TraceSetting", "the trace extension")
+    LogSettings = _later("LogSettings", "the logging extension")

@@ -1,0 +1,66 @@
+"""The gRPC frontend in process: a grpc.aio server on port 0, on an event loop of its own thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+from tritonclient.grpc import service_pb2_grpc
+
+from nereid.engine import Engine
+from nereid.frontends.grpc import start_grpc_server
+from nereid.server import build_engine
+from nereid.settings import ServerSettings
+from tests.conftest import EXAMPLES
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop running in a daemon thread; `run` executes a coroutine there and waits for it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+@dataclass
+class InProcessServer:
+    engine: Engine
+    target: str
+    stub: service_pb2_grpc.GRPCInferenceServiceStub
+    channel: grpc.Channel
+
+
+@pytest.fixture(scope="module")
+def grpc_server() -> Iterator[InProcessServer]:
+    settings = ServerSettings(model_repositories=(EXAMPLES,), grpc_address="127.0.0.1", grpc_port=0)
+    engine = build_engine(settings)
+    loop = LoopThread()
+    try:
+        server, port = loop.run(start_grpc_server(engine, settings))
+        target = f"127.0.0.1:{port}"
+        try:
+            with grpc.insecure_channel(target) as channel:
+                yield InProcessServer(
+                    engine, target, service_pb2_grpc.GRPCInferenceServiceStub(channel), channel
+                )
+        finally:
+            loop.run(server.stop(None))
+    finally:
+        loop.close()
+        engine.shutdown()

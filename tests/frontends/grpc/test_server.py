@@ -1,0 +1,62 @@
+"""The grpc.aio server's options and binding."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import grpc
+import pytest
+
+from nereid.errors import Status, Unavailable
+from nereid.frontends.grpc import start_grpc_server
+from nereid.frontends.grpc.server import MAX_MESSAGE_BYTES, server_options
+from nereid.frontends.grpc.status import GRPC_STATUS
+from nereid.settings import GrpcOptions, ServerSettings
+from tests.conftest import EXAMPLES
+from tests.frontends.grpc.conftest import InProcessServer
+
+
+def test_options_follow_the_flags() -> None:
+    defaults = dict(server_options(GrpcOptions()))
+    assert (
+        defaults["grpc.max_receive_message_length"] == defaults["grpc.max_send_message_length"] == 2**31 - 1
+    )
+    assert MAX_MESSAGE_BYTES == 2**31 - 1
+    assert defaults["grpc.so_reuseport"] == 0
+    assert defaults["grpc.keepalive_time_ms"] == 7_200_000 and defaults["grpc.http2.max_ping_strikes"] == 2
+    assert "grpc.default_compression_level" not in defaults and "grpc.max_connection_age_ms" not in defaults
+    tuned = dict(
+        server_options(
+            GrpcOptions(infer_response_compression_level="high", max_connection_age_ms=5, reuse_port=True)
+        )
+    )
+    assert tuned["grpc.default_compression_level"] == 3
+    assert tuned["grpc.max_connection_age_ms"] == 5 and tuned["grpc.so_reuseport"] == 1
+
+
+def test_a_port_in_use_is_a_clear_error(grpc_server: InProcessServer) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = ServerSettings(model_repositories=(EXAMPLES,), grpc_address="127.0.0.1", grpc_port=port)
+        with pytest.raises(Unavailable, match=f"gRPC: cannot listen on 127.0.0.1:{port}"):
+            asyncio.run(start_grpc_server(grpc_server.engine, settings))
+
+
+def test_tls_files_that_cannot_be_read_are_a_clear_error(grpc_server: InProcessServer) -> None:
+    options = GrpcOptions(
+        use_ssl=True, server_cert=EXAMPLES / "missing.crt", server_key=EXAMPLES / "missing.key"
+    )
+    settings = ServerSettings(
+        model_repositories=(EXAMPLES,), grpc_address="127.0.0.1", grpc_port=0, grpc=options
+    )
+    with pytest.raises(Unavailable, match="gRPC TLS: cannot read .*missing"):
+        asyncio.run(start_grpc_server(grpc_server.engine, settings))
+
+
+def test_every_status_has_a_grpc_code() -> None:
+    assert set(GRPC_STATUS) == set(Status)
+    assert GRPC_STATUS[Status.UNSUPPORTED] == grpc.StatusCode.UNIMPLEMENTED
+    assert GRPC_STATUS[Status.INVALID_ARG] == grpc.StatusCode.INVALID_ARGUMENT
