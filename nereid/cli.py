@@ -15,7 +15,6 @@ NOT_YET_SUPPORTED = (
     "--http-thread-count",
     "--http-header-forward-pattern",
     "--reuse-http-port",
-    "--grpc-restricted-protocol",
     "--grpc-header-forward-pattern",
     "--metrics-config",
     "--trace-config",
@@ -110,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-client-shm", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS")
     p.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="API[,API...]:HEADER=VALUE",
+        help="require metadata 'triton-grpc-protocol-HEADER' on these RPC groups",
+    )
+    p.add_argument(
         "--http-restricted-api",
         action="append",
         default=[],
@@ -136,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _restricted_api(item: str) -> RestrictedApi:
+def _restricted_api(item: str, flag: str) -> RestrictedApi:
     """`<group>[,<group>...]:<header>=<value>`, as tritonserver takes it."""
     groups_text, colon, pair = item.partition(":")
     header, equals, value = pair.partition("=")
@@ -144,7 +150,7 @@ def _restricted_api(item: str) -> RestrictedApi:
     unknown = sorted(groups - set(API_GROUPS))
     if not colon or not equals or not header or unknown:
         raise SystemExit(
-            f"nereid: --http-restricted-api expects <api>[,<api>...]:<header>=<value> with apis among "
+            f"nereid: {flag} expects <api>[,<api>...]:<header>=<value> with apis among "
             f"{', '.join(API_GROUPS)}; got '{item}'"
         )
     return RestrictedApi(groups, header.strip().lower(), value)
@@ -199,7 +205,12 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         load_models=tuple(args.load_model),
         repository_poll_secs=args.repository_poll_secs,
         allow_client_shm=args.allow_client_shm,
-        http_restricted_api=tuple(_restricted_api(item) for item in args.http_restricted_api),
+        http_restricted_api=tuple(
+            _restricted_api(item, "--http-restricted-api") for item in args.http_restricted_api
+        ),
+        grpc_restricted_protocol=tuple(
+            _restricted_api(item, "--grpc-restricted-protocol") for item in args.grpc_restricted_protocol
+        ),
         model_config_name=args.model_config_name,
         auto_complete_config=auto_complete,
         default_max_batch_size=default_max_batch_size,

@@ -59,6 +59,7 @@ class ServerSettings:
     http_port: int = 8000
     http_max_input_size: int = 64 * 1024 * 1024
     http_restricted_api: tuple[RestrictedApi, ...] = ()
+    grpc_restricted_protocol: tuple[RestrictedApi, ...] = ()
     allow_client_shm: bool = True  # clients may register system / CUDA shared memory regions
     # gRPC
     allow_grpc: bool = True

@@ -8,6 +8,7 @@ from tritonclient.grpc import service_pb2_grpc
 from nereid.engine import Engine
 from nereid.errors import Unavailable
 from nereid.frontends.grpc.health import health_handler
+from nereid.frontends.grpc.restricted import RestrictedProtocolInterceptor
 from nereid.frontends.grpc.servicer import InferenceServicer
 from nereid.settings import GrpcOptions, ServerSettings
 
@@ -62,7 +63,12 @@ def _credentials(options: GrpcOptions) -> grpc.ServerCredentials:
 async def start_grpc_server(engine: Engine, settings: ServerSettings) -> tuple[grpc.aio.Server, int]:
     """A started server on the running event loop, and the port it listens on."""
     options = settings.grpc
-    server = grpc.aio.server(options=server_options(options))
+    interceptors = (
+        [RestrictedProtocolInterceptor(settings.grpc_restricted_protocol)]
+        if settings.grpc_restricted_protocol
+        else []
+    )
+    server = grpc.aio.server(options=server_options(options), interceptors=interceptors)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(engine), server)
     server.add_generic_rpc_handlers((health_handler(engine),))
     address = f"{settings.grpc_address}:{settings.grpc_port}"
