@@ -2,9 +2,7 @@
 response, no model and no checks. It answers ModelMetadata and ModelConfig too, which perf_analyzer reads
 before it starts. Same event loop (uvloop) and message limits as Nereid.
 
-    python -I bench/grpc_echo_app.py PORT
-
-(`-I` keeps bench/ off sys.path, where bench/grpc.py would shadow the grpc package.)
+    python bench/grpc_echo_app.py PORT
 """
 
 from __future__ import annotations

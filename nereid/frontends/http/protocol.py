@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import http
 import logging
-import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 import httptools
 
@@ -52,11 +52,45 @@ Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 ErrorResponse = Callable[[int, str], HttpResponse]
 
 
-def _start_task(loop: asyncio.AbstractEventLoop, coro: Awaitable[None]) -> asyncio.Task[None]:
-    if sys.version_info >= (3, 12):
-        # Runs the handler at once, so a request that never waits needs no trip through the loop.
-        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[arg-type, call-arg]
-    return loop.create_task(coro)  # type: ignore[arg-type]
+def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+    """Run `coro` at once, up to its first wait; only a coroutine that does wait needs a Task.
+
+    Most requests to small models never wait (the model runs on the event loop), so this saves the
+    Task and the trip through the loop that `create_task` would cost each of them.
+    """
+    try:
+        waiting_on = coro.send(None)
+    except StopIteration:
+        return None
+    return loop.create_task(_carry_on(coro, waiting_on))
+
+
+async def _carry_on(coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+    await _Continuation(coro, waiting_on)
+
+
+class _Continuation:
+    """Hands a Task the future a started coroutine waits on, then lets the Task drive the rest of it."""
+
+    __slots__ = ("_coro", "_waiting_on")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+        self._coro = coro
+        self._waiting_on = waiting_on
+
+    def __await__(self) -> Generator[Any, None, None]:
+        coro, waiting_on = self._coro, self._waiting_on
+        while True:
+            try:
+                yield waiting_on  # the Task waits for it, as it would have for the coroutine itself
+            except BaseException as exc:  # cancellation (or another error) goes into the coroutine
+                try:
+                    waiting_on = coro.throw(exc)
+                except StopIteration:
+                    return
+                continue
+            break
+        yield from coro.__await__()  # resumes the coroutine where it waited
 
 
 class HttpServer:
@@ -92,7 +126,7 @@ class HttpServer:
             connection.close_when_idle()
         deadline = time.monotonic() + timeout_s
         while self._connections and time.monotonic() < deadline:
-            busy = [c.idle for c in self._connections if c.busy]
+            busy = [c.wait_idle() for c in self._connections if c.busy]
             if not busy:
                 break
             await asyncio.wait(busy, timeout=deadline - time.monotonic())
@@ -122,8 +156,7 @@ class _Connection(asyncio.Protocol):
         self._writing_paused = False
         self._closing = False
         self.last_active = time.monotonic()
-        self.idle: asyncio.Future[None] = self._loop.create_future()  # set whenever nothing is in flight
-        self.idle.set_result(None)
+        self._idle_waiter: asyncio.Future[None] | None = None  # for stop(): set when nothing is in flight
         # the request being parsed
         self._url = b""
         self._headers: dict[str, str] = {}
@@ -134,6 +167,14 @@ class _Connection(asyncio.Protocol):
     @property
     def busy(self) -> bool:
         return self._busy
+
+    def wait_idle(self) -> asyncio.Future[None]:
+        """Done once the request in flight (and those pipelined behind it) are answered."""
+        if self._idle_waiter is None or self._idle_waiter.done():
+            self._idle_waiter = self._loop.create_future()
+            if not self._busy:
+                self._idle_waiter.set_result(None)
+        return self._idle_waiter
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -228,10 +269,8 @@ class _Connection(asyncio.Protocol):
     # serving
     def _serve(self, request: HttpRequest, keep_alive: bool) -> None:
         self._busy = True
-        if self.idle.done():
-            self.idle = self._loop.create_future()
-        task = _start_task(self._loop, self._answer(request, keep_alive))
-        if not task.done():  # an eager task may have answered already, and started the next request
+        task = _start(self._loop, self._answer(request, keep_alive))
+        if task is not None:  # it waits; otherwise it answered already (and may have started the next)
             self._task = task
 
     async def _answer(self, request: HttpRequest, keep_alive: bool) -> None:
@@ -260,8 +299,9 @@ class _Connection(asyncio.Protocol):
     def _finish(self) -> None:
         self._busy = False
         self._task = None
-        if not self._pending and not self.idle.done():
-            self.idle.set_result(None)
+        waiter = self._idle_waiter
+        if waiter is not None and not self._pending and not waiter.done():
+            waiter.set_result(None)
 
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:
         transport = self._transport
