@@ -13,9 +13,15 @@ from tritonclient.grpc import model_config_pb2 as mc
 from nereid import TRITON_PROTOCOL_VERSION
 from nereid.classification import classify
 from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
-from nereid.errors import InternalError, Unavailable
+from nereid.errors import Unavailable
 from nereid.repository import ModelManager, ModelVersion
-from nereid.request_checks import backend_inputs, inputs_batch_size, request_prefix, requested_outputs
+from nereid.request_checks import (
+    backend_inputs,
+    backend_request,
+    inputs_batch_size,
+    request_prefix,
+    requested_outputs,
+)
 from nereid.settings import ServerSettings
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 from nereid.statistics import RequestTiming
@@ -60,8 +66,11 @@ class Engine:
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         return self.models.get(name, version).metadata
 
-    def model_ready(self, name: str, version: str = "") -> bool:
-        return self.models.is_ready(name, version)
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        """Loaded, able to serve, and ready by the model's own check where it has one (Python `is_ready`)."""
+        if not self.models.is_ready(name, version):
+            return False
+        return await self.models.get(name, version).scheduler.model_ready()
 
     def model_config(self, name: str, version: str = "") -> dict[str, Any]:
         return self.models.get(name, version).config_json
@@ -93,9 +102,10 @@ class Engine:
             timing = RequestTiming()
             queued = time.perf_counter_ns()
             try:
-                results = await model.scheduler.execute(inputs, [o.name for o in wanted], timing)
+                results = await model.scheduler.execute(backend_request(request, inputs, wanted), timing)
                 executed = time.perf_counter_ns()
-                outputs = [_output_tensor(model, o, results) for o in wanted]
+                # A model may leave out a requested output (Python models can): Triton omits it too.
+                outputs = [_output_tensor(model, o, results[o.name]) for o in wanted if o.name in results]
                 if in_regions:
                     self._write_shared_memory_outputs(outputs, in_regions)
             except BaseException as exc:
@@ -166,21 +176,14 @@ def _output_regions(wanted: Sequence[RequestedOutput]) -> dict[str, SharedMemory
     return {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
 
 
-def _output_tensor(
-    model: ModelVersion, requested: RequestedOutput, results: dict[str, np.ndarray]
-) -> InferTensor:
+def _output_tensor(model: ModelVersion, requested: RequestedOutput, array: np.ndarray) -> InferTensor:
     spec = model.outputs[requested.name]
-    array = results.get(requested.name)
-    if array is None:
-        raise InternalError(f"model '{model.name}' did not produce output '{requested.name}'")
     if spec.backend_dims is not None:
         array = array.reshape(((array.shape[0],) if model.max_batch_size > 0 else ()) + spec.dims)
     if requested.class_count > 0:
         array = classify(array, requested.class_count, spec.labels, model.max_batch_size > 0, requested.name)
         return InferTensor(requested.name, "BYTES", array.shape, array)
     if array.dtype != spec.numpy_dtype:
-        raise InternalError(
-            f"model '{model.name}' produced {wire_datatype(array.dtype)} for output '{requested.name}', "
-            f"its configuration says {spec.datatype}"
-        )
+        # Triton answers with the data type the model produced, whatever the configuration says.
+        return InferTensor(requested.name, wire_datatype(array.dtype), array.shape, array)
     return InferTensor(requested.name, spec.datatype, array.shape, array)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest
 from nereid.errors import InvalidArgument
 from nereid.repository.model import ModelVersion
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -19,6 +20,12 @@ _BATCH_NOTE = (
     "prepended to each input shape. If you want to specify the full shape including the batch dim in your "
     "input dims config, try setting max_batch_size to zero. See the model configuration docs for more info "
     "on max_batch_size."
+)
+
+
+# Request parameters the server acts on itself; backends see the others (Triton passes them on likewise).
+RESERVED_PARAMETERS = frozenset(
+    ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
 )
 
 
@@ -139,3 +146,27 @@ def inputs_batch_size(model: ModelVersion, request: InferRequest) -> int:
     if model.max_batch_size > 0 and request.inputs and request.inputs[0].shape:
         return request.inputs[0].shape[0]
     return 1
+
+
+def backend_request(
+    request: InferRequest, inputs: dict[str, np.ndarray], wanted: Sequence[RequestedOutput]
+) -> BackendRequest:
+    """The request as backends see it: checked inputs, output names, and the sequence parameters decoded."""
+    outputs = tuple(o.name for o in wanted)
+    parameters = request.parameters
+    if not parameters:
+        return BackendRequest(inputs, outputs, request.id)
+    flags = (SEQUENCE_START if parameters.get("sequence_start") is True else 0) | (
+        SEQUENCE_END if parameters.get("sequence_end") is True else 0
+    )
+    correlation_id = parameters.get("sequence_id", 0)
+    timeout = parameters.get("timeout", 0)
+    return BackendRequest(
+        inputs,
+        outputs,
+        request.id,
+        {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS},
+        correlation_id if isinstance(correlation_id, (int, str)) else 0,
+        flags,
+        timeout if isinstance(timeout, int) else 0,
+    )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from nereid.backends.base import Backend, InstanceSpec, ModelInstance
+from nereid.backends.base import AsyncModelInstance, Backend, BackendRequest, InstanceSpec, ModelInstance
 from nereid.errors import ModelConfigError, Unsupported
 
 # platform -> backend, as Triton maps its legacy platform names.
@@ -78,4 +78,12 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-__all__ = ["Backend", "InstanceSpec", "ModelInstance", "backend_name", "get_backend"]
+__all__ = [
+    "AsyncModelInstance",
+    "Backend",
+    "BackendRequest",
+    "InstanceSpec",
+    "ModelInstance",
+    "backend_name",
+    "get_backend",
+]

@@ -1,14 +1,25 @@
-"""The one interface every backend implements, and the description of an instance to build."""
+"""The interface every backend implements: the backend, its instances, and the requests they execute."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
+
+from nereid.errors import NereidError
+
+Outputs = dict[str, np.ndarray]
+# What an instance returns for one request: its outputs, or the error that fails that request alone.
+BackendResult = Outputs | NereidError
+
+# Triton's request flags (TRITONSERVER_REQUEST_FLAG_*).
+SEQUENCE_START = 1
+SEQUENCE_END = 2
 
 
 @dataclass(frozen=True)
@@ -24,13 +35,52 @@ class InstanceSpec:
     instance_name: str  # Triton's "<group name>_<index>"
     kind: str  # "CPU", "GPU" or "MODEL"
     device_id: int
+    backend_config: Mapping[str, str] = field(default_factory=dict)  # --backend-config for this backend
+
+
+@dataclass(frozen=True, slots=True)
+class BackendRequest:
+    """One inference request as a backend sees it: inputs in the backend's shapes, and what it asked for."""
+
+    inputs: Mapping[str, np.ndarray]
+    outputs: tuple[str, ...]  # requested output names
+    id: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=dict)  # without the reserved ones below
+    correlation_id: int | str = 0  # the `sequence_id` parameter
+    flags: int = 0  # SEQUENCE_START | SEQUENCE_END
+    timeout_us: int = 0  # the `timeout` parameter; 0: none
 
 
 class ModelInstance(Protocol):
-    """One execution instance. `execute` blocks; schedulers call it from a worker thread."""
+    """An instance whose `execute` blocks: the scheduler calls it from a thread of its own (or, for models
+    that take microseconds, from the event loop)."""
 
-    def execute(self, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
-        """Run one batch: inputs in the backend's shapes, returns the requested outputs."""
+    def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        """Run the requests together; one result per request, in order."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class AsyncModelInstance(Protocol):
+    """An instance whose model runs elsewhere (a worker process), driven from the event loop without
+    blocking it. It runs one submission at a time, and accepts up to `pipeline_depth` outstanding ones so
+    that the next is at hand when one finishes."""
+
+    pipeline_depth: int
+
+    def submit(self, requests: Sequence[BackendRequest]) -> asyncio.Future[list[BackendResult]]:
+        """Start executing; call on the event loop. The future (never cancelled by the instance) gives one
+        result per request, in order, or raises when the whole execution failed."""
+        ...
+
+    async def model_ready(self) -> bool:
+        """The model's own readiness check, where it has one."""
+        ...
+
+    def unavailable_reason(self) -> str | None:
+        """Why the instance cannot serve now (its worker died and is restarting, or failed), or None."""
         ...
 
     def close(self) -> None: ...
@@ -39,6 +89,9 @@ class ModelInstance(Protocol):
 class Backend(Protocol):
     name: str
     default_model_filename: str
+    # Whether inputs and outputs come from the model file, so that a config left without any is an error.
+    # Python models may have none (Triton loads them).
+    requires_io: bool
 
     def auto_complete(self, config: mc.ModelConfig, model_file: Path, default_max_batch_size: int) -> None:
         """Fill in what the config leaves out (inputs, outputs, max_batch_size) from the model file."""
@@ -48,6 +101,6 @@ class Backend(Protocol):
         """Raise when the completed config and the model file disagree."""
         ...
 
-    def create_instance(self, spec: InstanceSpec) -> ModelInstance: ...
+    def create_instance(self, spec: InstanceSpec) -> ModelInstance | AsyncModelInstance: ...
 
     def gpu_available(self) -> bool: ...

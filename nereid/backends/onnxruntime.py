@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +11,8 @@ import numpy as np
 import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
-from nereid.backends.base import InstanceSpec
-from nereid.errors import InternalError, InvalidArgument, ModelConfigError, Unavailable
+from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
+from nereid.errors import InternalError, InvalidArgument, ModelConfigError, NereidError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ _THREAD_PARAMETERS = {
 class OnnxRuntimeBackend:
     name = "onnxruntime"
     default_model_filename = "model.onnx"
+    requires_io = True
 
     def gpu_available(self) -> bool:
         return "CUDAExecutionProvider" in ort.get_available_providers()
@@ -122,7 +123,17 @@ class OnnxRuntimeInstance:
         self._string_outputs = {o.name for o in self._session.get_outputs() if o.type == "tensor(string)"}
         self._model_name = spec.model_name
 
-    def execute(self, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
+    def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        # One session run per request: batching several requests into one run is the dynamic batcher's job.
+        results: list[BackendResult] = []
+        for request in requests:
+            try:
+                results.append(self._execute_one(request.inputs, request.outputs))
+            except NereidError as exc:
+                results.append(exc)
+        return results
+
+    def _execute_one(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str]) -> Outputs:
         feed = inputs
         if self._string_inputs:
             feed = {
@@ -135,7 +146,7 @@ class OnnxRuntimeInstance:
             raise InternalError(
                 f"onnx runtime error while running model '{self._model_name}': {exc}"
             ) from None
-        out = dict(zip(outputs, results, strict=True))
+        out: Outputs = dict(zip(outputs, results, strict=True))
         for name in self._string_outputs.intersection(out):
             out[name] = _from_ort_strings(out[name])
         return out

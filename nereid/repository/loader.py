@@ -11,7 +11,7 @@ import orjson
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends import BACKEND_PLATFORMS, InstanceSpec, backend_name, get_backend
-from nereid.backends.base import Backend, ModelInstance
+from nereid.backends.base import AsyncModelInstance, Backend, ModelInstance
 from nereid.errors import ModelConfigError, NereidError, Unavailable
 from nereid.model_config import ConfigSource, config_from_json, config_to_json, read_config, validate_config
 from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
@@ -67,7 +67,7 @@ def load_model(
             continue
         try:
             result.versions[version] = _load_version(
-                source, config, config_json, backend, folders, version, labels, fingerprint
+                source, config, config_json, backend, folders, version, labels, fingerprint, settings
             )
         except NereidError as exc:
             result.failures[version] = exc.message
@@ -103,7 +103,7 @@ def _complete_config(
         backend.auto_complete(config, latest / config.default_model_filename, settings.default_max_batch_size)
     _fill_defaults(config, backend)
     validate_config(config, config_source, source.name)
-    if not config.input and not config.output:
+    if backend.requires_io and not config.input and not config.output:
         raise ModelConfigError(
             f"model '{source.name}': the configuration has no inputs or outputs, and auto-complete "
             "could not provide them"
@@ -174,6 +174,7 @@ def _load_version(
     version: int,
     labels: dict[str, tuple[str, ...]],
     fingerprint: str,
+    settings: ServerSettings,
 ) -> ModelVersion:
     version_dir = folders[version]
     model_file = version_dir / config.default_model_filename
@@ -182,7 +183,8 @@ def _load_version(
             f"failed to load model '{source.name}' version {version}: model file '{model_file}' not found"
         )
     backend.check(config, model_file)
-    instances: list[ModelInstance] = []
+    backend_config = settings.backend_config.get(backend.name, {})
+    instances: list[ModelInstance | AsyncModelInstance] = []
     try:
         for group in config.instance_group:
             kind = mc.ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
@@ -202,6 +204,7 @@ def _load_version(
                         else f"{group.name}_{index}_gpu{device_id}",
                         kind=kind,
                         device_id=device_id,
+                        backend_config=backend_config,
                     )
                     instances.append(backend.create_instance(spec))
     except BaseException:

@@ -284,15 +284,18 @@ class ModelManager:
 
     def is_ready(self, name: str, version: str = "") -> bool:
         try:
-            self.get(name, version)
+            model = self.get(name, version)
         except (NotFound, Unavailable):
             return False
-        return True
+        return model.unavailable_reason() is None
 
     def all_ready(self) -> bool:
-        """Strict readiness: every model that was asked to load has loaded all its versions."""
+        """Strict readiness: every model that was asked to load has loaded all its versions, and can serve."""
         return all(
-            not entry.failures and (entry.versions or entry.unloaded) for entry in list(self._models.values())
+            not entry.failures
+            and (entry.versions or entry.unloaded)
+            and all(v.unavailable_reason() is None for v in entry.versions.values())
+            for entry in list(self._models.values())
         )
 
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
@@ -312,7 +315,13 @@ class ModelManager:
                 continue
             # Versions serving through a reload stay READY.
             for version in sorted(entry.versions):
-                rows.append({"name": name, "version": str(version), "state": ModelState.READY.value})
+                reason = entry.versions[version].unavailable_reason()
+                if reason is None:
+                    rows.append({"name": name, "version": str(version), "state": ModelState.READY.value})
+                elif not ready_only:  # loaded, but cannot serve now (a Python worker restarting, say)
+                    rows.append(
+                        {"name": name, "version": str(version), "state": "UNAVAILABLE", "reason": reason}
+                    )
             if ready_only:
                 continue
             for version in entry.unloaded:

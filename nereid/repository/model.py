@@ -78,6 +78,10 @@ class ModelVersion:
             )
         self.scheduler.stop()
 
+    def unavailable_reason(self) -> str | None:
+        """Why this loaded version cannot serve right now (a Python worker restarting, say), or None."""
+        return self.scheduler.unavailable_reason()
+
     def stop(self) -> None:
         self.scheduler.stop()
 

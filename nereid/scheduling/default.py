@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import logging
 import queue
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
-import numpy as np
-
-from nereid.backends.base import ModelInstance
-from nereid.errors import InternalError, NereidError
+from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance, Outputs
+from nereid.errors import InternalError, NereidError, Unavailable
 from nereid.statistics import RequestTiming
 
 log = logging.getLogger(__name__)
-
-Tensors = dict[str, np.ndarray]
 
 # A model whose executions take less than this on average runs on the event loop when an instance is
 # idle and nothing is queued: handing it to a thread and back costs more CPU than running it.
@@ -28,9 +27,8 @@ _SMOOTHING = 0.1
 
 @dataclass(frozen=True, slots=True)
 class _Job:
-    inputs: Tensors
-    outputs: Sequence[str]
-    future: asyncio.Future[Tensors]
+    request: BackendRequest
+    future: asyncio.Future[Outputs]
     loop: asyncio.AbstractEventLoop
     timing: RequestTiming | None
     queued_ns: int
@@ -52,16 +50,23 @@ class DefaultScheduler:
     Backends such as ONNX Runtime release the GIL while they compute, so instances really run in parallel.
     Models that finish in microseconds run directly on the event loop while an instance is free and no
     request waits, since the hand-off to a thread would cost more than the execution itself.
+
+    Instances whose model runs in another process (AsyncModelInstance: the Python backend) need no thread:
+    the event loop submits to an idle one, else to one that can take another submission behind its current
+    one, and a completion callback hands the instance the next waiting request.
     """
 
     def __init__(
         self,
         model_label: str,
-        instances: Sequence[ModelInstance],
+        instances: Sequence[ModelInstance | AsyncModelInstance],
         inline_limit_s: float = INLINE_EXECUTION_LIMIT_S,
     ) -> None:
         self._label = model_label
-        self._slots = [_Slot(instance) for instance in instances]
+        self._async_instances = [i for i in instances if isinstance(i, AsyncModelInstance)]
+        self._outstanding = [0] * len(self._async_instances)  # submissions not finished, per instance
+        self._waiting: collections.deque[_Job] = collections.deque()
+        self._slots = [_Slot(i) for i in instances if not isinstance(i, AsyncModelInstance)]
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._inline_limit_s = inline_limit_s
         self._average_s: float | None = None  # smoothed execution time, None until measured
@@ -72,30 +77,47 @@ class DefaultScheduler:
         for thread in self._threads:
             thread.start()
 
-    async def execute(
-        self, inputs: Tensors, outputs: Sequence[str], timing: RequestTiming | None = None
-    ) -> Tensors:
-        """The requested outputs; `timing`, when given, receives the queue and execution times."""
+    async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
+        """The request's outputs; `timing`, when given, receives the queue and execution times."""
+        if self._async_instances:
+            return await self._execute_async(request, timing)
         if self._average_s is not None and self._average_s < self._inline_limit_s and self._queue.empty():
             for slot in self._slots:
                 if slot.lock.acquire(blocking=False):
                     try:
-                        return self._timed(slot.instance, inputs, outputs, timing)
+                        result = self._timed(slot.instance, request, timing)
                     except NereidError:
                         raise
                     except Exception as exc:
                         raise self._unexpected(exc) from exc
                     finally:
                         slot.lock.release()
+                    if isinstance(result, NereidError):
+                        raise result
+                    return result
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Tensors] = loop.create_future()
-        self._queue.put(_Job(inputs, outputs, future, loop, timing, time.perf_counter_ns()))
+        future: asyncio.Future[Outputs] = loop.create_future()
+        self._queue.put(_Job(request, future, loop, timing, time.perf_counter_ns()))
         # If the caller is cancelled, the future is cancelled too and the worker skips or drops the job.
         return await future
 
     def pending(self) -> int:
         """Requests waiting for an instance."""
-        return self._queue.qsize()
+        return self._queue.qsize() + len(self._waiting)
+
+    def unavailable_reason(self) -> str | None:
+        """Why the model cannot serve now: every instance reports a reason (or None when one can serve)."""
+        reasons = [i.unavailable_reason() for i in self._async_instances]
+        if not reasons or any(r is None for r in reasons):
+            return None
+        return "; ".join(r for r in reasons if r)
+
+    async def model_ready(self) -> bool:
+        """The model's own readiness check (Python models' `is_ready`), asked of every instance."""
+        for instance in self._async_instances:
+            if not await instance.model_ready():
+                return False
+        return True
 
     def stop(self) -> None:
         """Finish queued jobs, then end the threads and close the instances."""
@@ -105,13 +127,79 @@ class DefaultScheduler:
             thread.join()
         for slot in self._slots:
             slot.instance.close()
+        waiting, self._waiting = self._waiting, collections.deque()
+        for job in waiting:
+            with contextlib.suppress(RuntimeError):  # the loop may be closed already
+                job.loop.call_soon_threadsafe(
+                    _resolve, job.future, Unavailable(f"model {self._label} is unloading")
+                )
+        for instance in self._async_instances:
+            instance.close()
 
+    # instances driven from the event loop
+    async def _execute_async(self, request: BackendRequest, timing: RequestTiming | None) -> Outputs:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outputs] = loop.create_future()
+        job = _Job(request, future, loop, timing, time.perf_counter_ns())
+        index = self._pick()
+        if index < 0:
+            self._waiting.append(job)
+        else:
+            self._submit(index, job)
+        # A cancelled caller leaves the instance running its job; the result is then dropped.
+        return await future
+
+    def _pick(self) -> int:
+        """An idle instance, else one with room behind its current submission, else -1."""
+        chosen = -1
+        for index, outstanding in enumerate(self._outstanding):
+            if outstanding == 0:
+                return index
+            if chosen < 0 and outstanding < self._async_instances[index].pipeline_depth:
+                chosen = index
+        return chosen
+
+    def _submit(self, index: int, job: _Job) -> None:
+        self._outstanding[index] += 1
+        submitted = time.perf_counter_ns()
+        if job.timing is not None:
+            job.timing.queue_ns = submitted - job.queued_ns
+        try:
+            execution = self._async_instances[index].submit((job.request,))
+        except Exception as exc:  # submit itself failing must not lose the instance
+            execution = job.loop.create_future()
+            execution.set_exception(exc)
+        execution.add_done_callback(partial(self._finished, index, job, submitted))
+
+    def _finished(
+        self, index: int, job: _Job, submitted: int, execution: asyncio.Future[list[BackendResult]]
+    ) -> None:
+        if job.timing is not None:
+            job.timing.infer_ns = time.perf_counter_ns() - submitted
+        outcome: BackendResult | BaseException
+        try:
+            (outcome,) = execution.result()
+        except NereidError as exc:
+            outcome = exc
+        except BaseException as exc:  # an instance bug fails this request, never the scheduler
+            outcome = self._unexpected(exc)
+        _resolve(job.future, outcome)
+        self._outstanding[index] -= 1
+        # Jobs wait only while every instance is full, so the one that just made room takes the oldest.
+        while self._waiting:
+            following = self._waiting.popleft()
+            if not following.future.done():  # skip requests whose callers went away
+                self._submit(index, following)
+                return
+
+    # instances that block, on threads
     def _timed(
-        self, instance: ModelInstance, inputs: Tensors, outputs: Sequence[str], timing: RequestTiming | None
-    ) -> Tensors:
+        self, instance: ModelInstance, request: BackendRequest, timing: RequestTiming | None
+    ) -> BackendResult:
         start = time.perf_counter_ns()
         try:
-            return instance.execute(inputs, outputs)
+            (result,) = instance.execute((request,))
+            return result
         finally:
             elapsed_ns = time.perf_counter_ns() - start
             if timing is not None:
@@ -120,7 +208,7 @@ class DefaultScheduler:
             average = self._average_s
             self._average_s = elapsed if average is None else average + _SMOOTHING * (elapsed - average)
 
-    def _unexpected(self, exc: Exception) -> InternalError:
+    def _unexpected(self, exc: BaseException) -> InternalError:
         log.error("model %s: unexpected error in execute", self._label, exc_info=exc)
         return InternalError(f"model {self._label}: {type(exc).__name__}: {exc}")
 
@@ -135,9 +223,7 @@ class DefaultScheduler:
                 job.timing.queue_ns = time.perf_counter_ns() - job.queued_ns
             try:
                 with slot.lock:
-                    result: Tensors | BaseException = self._timed(
-                        slot.instance, job.inputs, job.outputs, job.timing
-                    )
+                    result: BackendResult | BaseException = self._timed(slot.instance, job.request, job.timing)
             except NereidError as exc:
                 result = exc
             except Exception as exc:  # a backend bug must fail this request, not the instance thread
@@ -145,7 +231,7 @@ class DefaultScheduler:
             job.loop.call_soon_threadsafe(_resolve, job.future, result)
 
 
-def _resolve(future: asyncio.Future[Tensors], result: Tensors | BaseException) -> None:
+def _resolve(future: asyncio.Future[Outputs], result: BackendResult | BaseException) -> None:
     if future.done():  # cancelled while running: drop the result
         return
     if isinstance(result, BaseException):

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from nereid.backends.base import BackendRequest, BackendResult
 from nereid.errors import InternalError
 from nereid.scheduling.default import DefaultScheduler
 
@@ -19,21 +20,25 @@ class RecordingInstance:
         self.fail = fail
         self.closed = False
 
-    def execute(self, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
+    def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         self.threads.append(threading.get_ident())
         if self.fail:
             raise ValueError("broken model")
-        return {"OUT": inputs["IN"] + 1}
+        return [{"OUT": np.asarray(r.inputs["IN"]) + 1} for r in requests]
 
     def close(self) -> None:
         self.closed = True
+
+
+def _request(value: int) -> BackendRequest:
+    return BackendRequest({"IN": np.array([value])}, ("OUT",))
 
 
 def _run(scheduler: DefaultScheduler, count: int) -> list[np.ndarray]:
     async def go() -> list[np.ndarray]:
         results = []
         for i in range(count):
-            results.append((await scheduler.execute({"IN": np.array([i])}, ["OUT"]))["OUT"])
+            results.append((await scheduler.execute(_request(i)))["OUT"])
         return results
 
     return asyncio.run(go())
@@ -85,7 +90,7 @@ def test_busy_instance_is_not_used_inline() -> None:
         results: list[np.ndarray] = []
 
         async def go() -> None:
-            task = asyncio.ensure_future(scheduler.execute({"IN": np.array([5])}, ["OUT"]))
+            task = asyncio.ensure_future(scheduler.execute(_request(5)))
             await asyncio.sleep(0)  # let the request reach the queue; the busy lock keeps it there
             assert not task.done()
             scheduler._slots[0].lock.release()

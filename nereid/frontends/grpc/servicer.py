@@ -74,7 +74,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
-        return pb.ModelReadyResponse(ready=self._engine.model_ready(request.name, request.version))
+        return pb.ModelReadyResponse(ready=await self._engine.model_ready(request.name, request.version))
 
     @_rpc
     async def ServerMetadata(

@@ -120,7 +120,7 @@ class HttpFrontend:
                     return _json(200, engine.model_metadata(name, version)), False
                 if action == "ready":
                     _allow(method, "GET")
-                    if engine.model_ready(name, version):
+                    if await engine.model_ready(name, version):
                         return _text(200), False
                     return _text(400, error_body("Model version not ready")), False
                 if action == "config":

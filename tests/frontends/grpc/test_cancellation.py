@@ -7,10 +7,10 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
-import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from nereid.backends.base import BackendRequest, BackendResult, Outputs
 from nereid.engine import Engine
 from nereid.frontends.grpc import start_grpc_server
 from nereid.scheduling import DefaultScheduler
@@ -30,13 +30,16 @@ class GatedInstance:
         self.running = threading.Event()
         self.executions = 0
 
-    def execute(self, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
+    def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         self.executions += 1
         if self.executions == 1:
             self.running.set()
             self.gate.wait(timeout=30)
-        a, b = inputs["INPUT0"], inputs["INPUT1"]
-        return {"OUTPUT0": a + b, "OUTPUT1": a - b}
+        results: list[BackendResult] = []
+        for request in requests:
+            a, b = request.inputs["INPUT0"], request.inputs["INPUT1"]
+            results.append({"OUTPUT0": a + b, "OUTPUT1": a - b})
+        return results
 
     def close(self) -> None:
         pass
@@ -51,14 +54,12 @@ class WatchedScheduler(DefaultScheduler):
         self.requests = 0
         self.second_request = asyncio.Event()
 
-    async def execute(
-        self, inputs: dict[str, np.ndarray], outputs: Sequence[str], timing: RequestTiming | None = None
-    ) -> dict[str, np.ndarray]:
+    async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         self.requests += 1
         if self.requests == 2:
             self.second_request.set()
         try:
-            return await super().execute(inputs, outputs, timing)
+            return await super().execute(request, timing)
         except asyncio.CancelledError:
             self.cancelled.set()
             raise
