@@ -27,6 +27,7 @@ BACKEND_PLATFORMS = {
 # backend -> (module, the pip extra that provides it)
 _MODULES = {
     "onnxruntime": ("nereid.backends.onnxruntime", "onnx"),
+    "python": ("nereid.backends.python", ""),
 }
 
 # Model file suffixes that identify the backend when the config names none.

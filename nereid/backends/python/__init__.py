@@ -1,0 +1,113 @@
+"""Python backend (`backend: "python"`): Triton's model.py files, each instance in a worker process.
+
+Settings, from `--backend-config=python,<key>=<value>` (server-wide) and from the model's config
+`parameters` (per model, taking precedence):
+
+- `EXECUTION_ENV_PATH` (model): the environment whose Python runs the workers (folder or conda-pack archive).
+- `execute-timeout-seconds` / `EXECUTE_TIMEOUT_SECONDS`: an execution running longer fails, and its worker
+  is killed and restarted. Default 0: no limit, as in Triton.
+- `stub-timeout-seconds` (Triton's name): how long control exchanges may take (finalize at unload).
+- `shm-default-byte-size` (Triton's name): the initial size of each shared-memory arena; they grow on
+  demand.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from tritonclient.grpc import model_config_pb2 as mc
+
+from nereid.backends.base import InstanceSpec
+from nereid.backends.python.environment import worker_python
+from nereid.backends.python.instance import PythonInstance
+from nereid.backends.python.process import WorkerLaunch, start_worker
+from nereid.backends.python.worker import wire
+from nereid.errors import ModelConfigError, Unavailable, Unsupported
+from nereid.model_config import config_from_json, config_to_json
+
+log = logging.getLogger("nereid.backends.python")
+
+
+class PythonBackend:
+    name = "python"
+    default_model_filename = "model.py"
+    requires_io = False  # Triton loads Python models that declare no inputs or outputs
+
+    def gpu_available(self) -> bool:
+        return False  # KIND_AUTO instances are CPU instances, as in Triton's CPU-only builds
+
+    def auto_complete(self, config: mc.ModelConfig, model_file: Path, default_max_batch_size: int) -> None:
+        """Run the model's static `auto_complete_config` in a throwaway worker, as Triton does."""
+        if not model_file.exists():
+            raise Unavailable(f"model file not found: '{model_file}'")
+        launch = _launch(config, model_file.parent.parent, {})
+        label = f"model '{config.name}' (auto-complete)"
+        request = (wire.AUTO_COMPLETE, str(model_file), _dumps(config_to_json(config)))
+        worker, reply = start_worker(launch, label, request, _auto_complete_error(config.name), wire.CONFIG)
+        worker.stop(launch.stub_timeout_s)
+        config.CopyFrom(config_from_json(_loads(reply[1])))
+
+    def check(self, config: mc.ModelConfig, model_file: Path) -> None:
+        if config.model_transaction_policy.decoupled:
+            raise Unsupported(
+                f"model '{config.name}' is decoupled (model_transaction_policy), which Nereid's Python backend "
+                "does not support yet"
+            )
+
+    def create_instance(self, spec: InstanceSpec) -> PythonInstance:
+        launch = _launch(spec.config, spec.model_dir, spec.backend_config)
+        return PythonInstance(spec, launch, _dumps(config_to_json(spec.config)))
+
+
+def create_backend() -> PythonBackend:
+    return PythonBackend()
+
+
+def _launch(config: mc.ModelConfig, model_dir: Path, backend_config: Mapping[str, str]) -> WorkerLaunch:
+    parameters = {key: value.string_value for key, value in config.parameters.items()}
+    python, environment = worker_python(parameters.get("EXECUTION_ENV_PATH", ""), model_dir)
+
+    def number(model_key: str, backend_key: str, default: float) -> float:
+        text = parameters.get(model_key) or backend_config.get(backend_key)
+        if not text:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            raise ModelConfigError(
+                f"model '{config.name}': '{model_key if model_key in parameters else backend_key}' must be a "
+                f"number, got '{text}'"
+            ) from None
+        if value < 0:
+            raise ModelConfigError(f"model '{config.name}': '{model_key}' must not be negative, got '{text}'")
+        return value
+
+    return WorkerLaunch(
+        python=python,
+        environment=environment,
+        arena_size=max(4096, int(number("", "shm-default-byte-size", 1 << 20))),
+        stub_timeout_s=number("", "stub-timeout-seconds", 30.0) or 30.0,
+        execute_timeout_s=number("EXECUTE_TIMEOUT_SECONDS", "execute-timeout-seconds", 0.0),
+    )
+
+
+def _auto_complete_error(model: str) -> Callable[[str], ModelConfigError]:
+    def error(message: str) -> ModelConfigError:
+        return ModelConfigError(f"auto-complete of model '{model}' failed: {message}")
+
+    return error
+
+
+def _dumps(value: object) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _loads(text: str) -> dict[str, Any]:
+    loaded = orjson.loads(text)
+    if not isinstance(loaded, dict):
+        raise ModelConfigError("auto_complete_config returned something other than a configuration")
+    return loaded

@@ -1,0 +1,475 @@
+"""One instance of a Python model: a worker process driven from the server's event loop.
+
+The event loop writes a request's inputs into shared memory, sends one small frame, and goes back to its
+other work; the worker's answer wakes a reader callback that resolves the execution's future. No thread
+sits between the two, and the loop never waits on model code. Up to wire.PIPELINE_DEPTH executions are
+in flight at once, so that a busy worker finds its next one waiting (see wire.py).
+
+Faults: a thread per worker waits for the process to exit. When it exits unexpectedly (crash, signal,
+os._exit, or killed by the server because an execution outlived the execute timeout), the execution in
+flight fails at once, the instance reports why it cannot serve, and a new worker starts. Requests
+submitted meanwhile wait for it; when it cannot start either, they fail and the instance stays down.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
+from nereid.backends.python.process import WorkerLaunch, WorkerProcess, exit_description, start_worker
+from nereid.backends.python.worker import wire
+from nereid.errors import (
+    AlreadyExists,
+    Cancelled,
+    InternalError,
+    InvalidArgument,
+    NereidError,
+    NotFound,
+    Status,
+    Unavailable,
+    Unsupported,
+)
+
+log = logging.getLogger("nereid.backends.python")
+
+
+class _UnknownError(NereidError):
+    status = Status.UNKNOWN
+
+
+# The status a model gives a response error (pb_utils.TritonError codes, by name) -> what clients get.
+_ERRORS: dict[str, type[NereidError]] = {
+    "UNKNOWN": _UnknownError,
+    "INTERNAL": InternalError,
+    "NOT_FOUND": NotFound,
+    "INVALID_ARG": InvalidArgument,
+    "UNAVAILABLE": Unavailable,
+    "UNSUPPORTED": Unsupported,
+    "ALREADY_EXISTS": AlreadyExists,
+    "CANCELLED": Cancelled,
+}
+IS_READY_TIMEOUT_S = 5.0  # as Triton bounds a model's is_ready
+
+
+@dataclass(slots=True)
+class _Execution:
+    seq: int
+    future: asyncio.Future[list[BackendResult]]
+    worker: WorkerProcess
+    timer: asyncio.TimerHandle | None
+
+
+class PythonInstance:
+    """AsyncModelInstance for a model.py; see the module docstring for the life of its worker."""
+
+    def __init__(self, spec: InstanceSpec, launch: WorkerLaunch, config_json: str) -> None:
+        self._name = spec.instance_name
+        self._label = f"model '{spec.model_name}' instance '{spec.instance_name}'"
+        self._launch = launch
+        args = {
+            "model_config": config_json,
+            "model_instance_kind": spec.kind,
+            "model_instance_name": spec.instance_name,
+            "model_instance_device_id": str(spec.device_id),
+            "model_repository": str(spec.model_dir),
+            "model_version": str(spec.version),
+            "model_name": spec.model_name,
+        }
+        self._init = (wire.INIT, str(spec.model_file), args, 0, launch.arena_size)
+        self._lock = threading.RLock()
+        self._checks = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inflight: collections.deque[_Execution] = collections.deque()  # oldest first
+        # Submitted while the worker restarts; sent when the new one is up.
+        self._held: list[tuple[Sequence[BackendRequest], asyncio.Future[list[BackendResult]]]] = []
+        self._ready_checks: dict[int, asyncio.Future[bool]] = {}
+        self._reason: str | None = None
+        self._failed = False  # the worker died and could not be restarted
+        self._closed = False
+        self._worker: WorkerProcess | None = self._start()
+
+    # AsyncModelInstance
+    pipeline_depth = wire.PIPELINE_DEPTH
+
+    def submit(self, requests: Sequence[BackendRequest]) -> asyncio.Future[list[BackendResult]]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[BackendResult]] = loop.create_future()
+        with self._lock:
+            self._loop = loop
+            worker = self._worker
+            if worker is None:
+                if self._closed or self._failed:
+                    future.set_exception(Unavailable(self._reason or f"{self._label} is unloaded"))
+                else:  # restarting: sent as soon as the new worker is up
+                    self._held.append((requests, future))
+                return future
+            self._send(worker, requests, future, loop)
+        return future
+
+    async def model_ready(self) -> bool:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            worker = self._worker
+            if worker is None:
+                return False
+            if not worker.has_is_ready:
+                return True
+            self._bind(worker, loop)
+            seq = next(self._checks)
+            future: asyncio.Future[bool] = loop.create_future()
+            self._ready_checks[seq] = future
+            self._write(worker, wire.encode((wire.IS_READY, seq)))
+        try:
+            return await asyncio.wait_for(future, IS_READY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.warning("%s: is_ready did not answer within %.0f s", self._label, IS_READY_TIMEOUT_S)
+            return False
+        finally:
+            self._ready_checks.pop(seq, None)
+
+    def unavailable_reason(self) -> str | None:
+        return self._reason
+
+    def close(self) -> None:
+        """End the worker (finalize, then exit) and fail whatever still waits on it. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._reason = f"{self._label} is unloaded"
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            self._unbind(worker)
+            worker.stop(self._launch.stub_timeout_s)
+        self._post(self._fail_waiting, Unavailable(f"{self._label} was unloaded before answering"))
+
+    # sending
+    def _send(
+        self,
+        worker: WorkerProcess,
+        requests: Sequence[BackendRequest],
+        future: asyncio.Future[list[BackendResult]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._bind(worker, loop)
+        seq = worker.executions
+        writer = worker.inputs[seq % wire.PIPELINE_DEPTH]
+        try:
+            raw = tuple(_describe_request(writer, request) for request in requests)
+        except NereidError as exc:
+            writer.reset()
+            future.set_exception(exc)
+            return
+        worker.executions = seq + 1
+        new_size = writer.finish()
+        frame = wire.encode((wire.EXECUTE, seq, new_size, raw))
+        execution = _Execution(seq, future, worker, None)
+        if not self._inflight:
+            self._start_timer(execution, loop)
+        self._inflight.append(execution)
+        self._write(worker, frame, writer.arena.fd if new_size else -1)
+
+    def _start_timer(self, execution: _Execution, loop: asyncio.AbstractEventLoop) -> None:
+        """Time an execution from when the worker can start it: when the ones before it are done."""
+        timeout = self._launch.execute_timeout_s
+        if timeout > 0:
+            execution.timer = loop.call_later(timeout, self._timed_out, execution.worker, execution.seq)
+
+    def _write(self, worker: WorkerProcess, frame: bytes, fd: int = -1) -> None:
+        """Send without blocking the loop; frames are small, so the socket buffer takes them whole."""
+        sock = worker.sock
+        try:
+            if fd >= 0:
+                sent = sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fds(fd))])
+            else:
+                sent = sock.send(frame)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            return  # the worker is gone; its exit fails the execution
+        if sent < len(frame):  # a worker that stopped reading: give it a moment, then treat it as hung
+            try:
+                sock.settimeout(self._launch.stub_timeout_s)
+                sock.sendall(frame[sent:])
+            except OSError:
+                worker.kill_reason = "stopped reading its requests"
+                worker.kill()
+            finally:
+                sock.setblocking(False)
+
+    # receiving, on the event loop
+    def _bind(self, worker: WorkerProcess, loop: asyncio.AbstractEventLoop) -> None:
+        bound = worker.loop
+        if bound is loop:
+            return
+        if bound is not None and not bound.is_closed():
+            bound.remove_reader(worker.sock.fileno())
+        worker.sock.setblocking(False)
+        loop.add_reader(worker.sock.fileno(), self._on_readable, worker)
+        worker.loop = loop
+
+    def _unbind(self, worker: WorkerProcess) -> None:
+        loop = worker.loop
+        if loop is None or loop.is_closed():
+            return
+        fd = worker.sock.fileno()
+        if not loop.is_running() or _on_loop_thread(loop):
+            loop.remove_reader(fd)
+            return
+        done = threading.Event()
+
+        def remove() -> None:
+            loop.remove_reader(fd)
+            done.set()
+
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(remove)
+            done.wait(self._launch.stub_timeout_s)
+
+    def _on_readable(self, worker: WorkerProcess) -> None:
+        try:
+            alive = wire.receive(worker.sock, worker.reader)
+        except BlockingIOError:
+            return
+        except OSError:
+            alive = False
+        if not alive:
+            # The exit watcher reports the death with its cause; stop listening meanwhile. A worker that
+            # closed its end but lives on is of no use: end it, so the watcher fires.
+            self._unbind(worker)
+            if worker.loop is not None:
+                worker.loop.call_later(self._launch.stub_timeout_s, _end, worker)
+            return
+        with self._lock:
+            for frame in worker.reader.frames():
+                self._handle(worker, frame)
+
+    def _handle(self, worker: WorkerProcess, frame: tuple[Any, ...]) -> None:
+        kind = frame[0]
+        if kind == wire.RESULT:
+            _, seq, new_size, results = frame
+            slot = seq % wire.PIPELINE_DEPTH
+            if new_size:
+                old = worker.outputs[slot]
+                if old is not None:
+                    old.close()
+                worker.outputs[slot] = wire.Arena(worker.reader.take_fd(), new_size)
+            execution = self._finish(seq)
+            if execution is not None:
+                arena = worker.outputs[slot]
+                decoded = [_decode_result(arena, result) for result in results]
+                if not execution.future.done():
+                    execution.future.set_result(decoded)
+        elif kind == wire.FAILED:
+            _, seq, message = frame
+            log.error("%s", message)  # with the model's traceback, as Triton logs it
+            execution = self._finish(seq)
+            if execution is not None and not execution.future.done():
+                execution.future.set_exception(InternalError(message))
+        elif kind == wire.LOG:
+            worker.log_frame(frame)
+        elif kind == wire.READY_STATE:
+            _, seq, ready, message = frame
+            if message:
+                log.error("%s: is_ready raised: %s", self._label, message)
+            check = self._ready_checks.get(seq)
+            if check is not None and not check.done():
+                check.set_result(ready)
+
+    def _finish(self, seq: int) -> _Execution | None:
+        """The oldest execution in flight, answered now (answers come in order)."""
+        inflight = self._inflight
+        if not inflight or inflight[0].seq != seq:
+            return None
+        execution = inflight.popleft()
+        if execution.timer is not None:
+            execution.timer.cancel()
+        if inflight:
+            self._start_timer(inflight[0], execution.future.get_loop())
+        return execution
+
+    # faults
+    def _timed_out(self, worker: WorkerProcess, seq: int) -> None:
+        inflight = self._inflight
+        if not inflight or inflight[0].seq != seq or inflight[0].worker is not worker:
+            return
+        worker.kill_reason = (
+            f"did not finish an execution within the execute timeout ({self._launch.execute_timeout_s:g} s)"
+        )
+        log.error("%s: %s; killing its worker (pid %d)", self._label, worker.kill_reason, worker.process.pid)
+        worker.kill()
+
+    def _start(self) -> WorkerProcess:
+        worker, _ = start_worker(self._launch, self._label, self._init, Unavailable)
+        threading.Thread(
+            target=self._watch, args=(worker,), name=f"{self._name}-worker-watch", daemon=True
+        ).start()
+        return worker
+
+    def _watch(self, worker: WorkerProcess) -> None:
+        code = worker.process.wait()
+        cause = worker.kill_reason or exit_description(code)
+        self._post(self._lost, worker, cause)
+
+    def _post(self, callback: Callable[..., None], *args: Any) -> None:
+        """Run a state change on the event loop that owns the futures, or here when there is none."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            try:
+                loop.call_soon_threadsafe(callback, *args)
+                return
+            except RuntimeError:  # closed meanwhile
+                pass
+        callback(*args)
+
+    def _lost(self, worker: WorkerProcess, cause: str) -> None:
+        with self._lock:
+            if worker is not self._worker or self._closed:
+                return  # an old worker, or one stopped on purpose
+            self._worker = None
+            self._reason = f"{self._label}: its worker process {cause}; restarting it"
+            log.error("%s: worker process %d %s; restarting it", self._label, worker.process.pid, cause)
+            self._unbind(worker)
+            worker.close_channel()
+            self._fail_waiting(
+                InternalError(f"Stub process '{self._name}' is not healthy: its worker process {cause}"),
+                keep_held=True,
+            )
+        threading.Thread(target=self._restart, name=f"{self._name}-restart", daemon=True).start()
+
+    def _restart(self) -> None:
+        try:
+            worker: WorkerProcess | NereidError = self._start()
+        except NereidError as exc:
+            worker = exc
+        self._post(self._restarted, worker)
+
+    def _restarted(self, worker: WorkerProcess | NereidError) -> None:
+        with self._lock:
+            if isinstance(worker, WorkerProcess) and self._closed:
+                worker.stop(self._launch.stub_timeout_s)
+                return
+            if isinstance(worker, NereidError):
+                self._failed = True
+                self._reason = (
+                    f"{self._label}: its worker process died and could not be restarted: {worker.message}"
+                )
+                log.error("%s", self._reason)
+                self._fail_waiting(Unavailable(self._reason))
+                return
+            self._worker = worker
+            self._reason = None
+            log.info("%s: worker restarted (pid %d)", self._label, worker.process.pid)
+            held, self._held = self._held, []
+            for requests, future in held:
+                if not future.done():
+                    self._send(worker, requests, future, future.get_loop())
+
+    def _fail_waiting(self, error: NereidError, keep_held: bool = False) -> None:
+        inflight, self._inflight = self._inflight, collections.deque()
+        waiting = []
+        for execution in inflight:
+            waiting.append(execution.future)
+            if execution.timer is not None:
+                execution.timer.cancel()
+        if not keep_held:
+            waiting.extend(future for _, future in self._held)
+            self._held = []
+        for future in waiting:
+            if not future.done():
+                _set_exception(future, error)
+        for check in self._ready_checks.values():
+            if not check.done():
+                _set_result(check, False)
+
+
+def _describe_request(writer: wire.TensorWriter, request: BackendRequest) -> tuple[Any, ...]:
+    inputs = []
+    for name, data in request.inputs.items():
+        datatype = wire.datatype_of(data.dtype)
+        if datatype is None:
+            raise InvalidArgument(
+                f"input '{name}' has numpy dtype {data.dtype}, which Python models cannot take"
+            )
+        inputs.append(writer.add(name, datatype, data))
+    parameters = request.parameters
+    return (
+        request.id,
+        request.correlation_id,
+        request.flags,
+        _json(parameters) if parameters else "{}",
+        request.timeout_us,
+        request.outputs,
+        tuple(inputs),
+    )
+
+
+def _json(parameters: Any) -> str:
+    return orjson.dumps(parameters).decode()
+
+
+def _decode_result(arena: wire.Arena | None, result: tuple[Any, ...]) -> BackendResult:
+    if not result[0]:
+        _, status, message = result
+        return _ERRORS.get(status, InternalError)(message)
+    outputs: Outputs = {}
+    for name, datatype, shape, offset, nbytes in result[1]:
+        if arena is None:
+            raise InternalError("a Python worker sent outputs before sharing its memory")
+        array = arena.array(datatype, shape, offset, nbytes)
+        outputs[name] = array if datatype == "BYTES" else np.array(array)  # copied out of the arena
+    return outputs
+
+
+def _fds(fd: int) -> array.array[int]:
+    return array.array("i", [fd])
+
+
+def _end(worker: WorkerProcess) -> None:
+    if worker.process.poll() is None:
+        worker.kill_reason = "closed its connection to the server"
+        worker.kill()
+
+
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _set_exception(future: asyncio.Future[Any], error: BaseException) -> None:
+    _settle(future, future.set_exception, error)
+
+
+def _set_result(future: asyncio.Future[Any], value: Any) -> None:
+    _settle(future, future.set_result, value)
+
+
+def _settle(future: asyncio.Future[Any], setter: Callable[[Any], None], value: Any) -> None:
+    """Resolve a future from any thread: on its loop's thread, or directly when that loop is not running."""
+    loop = future.get_loop()
+    if _on_loop_thread(loop) or not loop.is_running():
+        if not future.done():
+            setter(value)
+        return
+
+    def settle() -> None:
+        if not future.done():
+            setter(value)
+
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(settle)

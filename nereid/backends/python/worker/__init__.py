@@ -1,0 +1,1 @@
+"""What runs inside a Python-model worker process; standard library and numpy only (see wire.py)."""

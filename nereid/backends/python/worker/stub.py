@@ -1,0 +1,256 @@
+"""The worker process: loads model.py, then answers the server's frames one at a time until told to stop.
+
+Model code sees Triton's environment: `triton_python_backend_utils` importable, the version folder on
+sys.path, `execute(requests)` returning one InferenceResponse per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import faulthandler
+import importlib.util
+import inspect
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import traceback
+from types import ModuleType
+from typing import Any
+
+from . import pb_utils, wire
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as Triton reports one: type, message, and the model's frames, innermost first."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_HERE)]
+    lines = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
+    return f"{type(exc).__name__}: {exc}\n\nAt:\n{lines}"
+
+
+def load_module(model_file: str) -> ModuleType:
+    """Import model.py with its version folder on sys.path (at the end, as Triton puts it)."""
+    version_dir = os.path.dirname(os.path.abspath(model_file))
+    if version_dir not in sys.path:
+        sys.path.append(version_dir)
+    name = f"{os.path.basename(version_dir)}.{os.path.splitext(os.path.basename(model_file))[0]}"
+    spec = importlib.util.spec_from_file_location(name, model_file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load '{model_file}' as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    if not hasattr(module, "TritonPythonModel"):
+        raise AttributeError(f"'{model_file}' defines no class TritonPythonModel")
+    return module
+
+
+class Worker:
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._reader = wire.FrameReader()
+        self._frames: list[tuple] = []
+        self._send_lock = threading.Lock()
+        self._model: Any = None
+        self._instance_name = ""
+        self._log_verbose = 0
+        self._inputs: list[wire.Arena | None] = [None] * wire.PIPELINE_DEPTH  # the server's arenas
+        self._outputs: list[wire.TensorWriter] = []  # ours, one per pipeline slot
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # transport
+    def send(self, message: tuple, fd: int = -1) -> None:
+        frame = wire.encode(message)
+        with self._send_lock:  # Logger calls may come from the model's own threads
+            wire.send(self._sock, frame, fd)
+
+    def _next(self) -> tuple | None:
+        while not self._frames:
+            if not wire.receive(self._sock, self._reader):
+                return None
+            self._frames = self._reader.frames()
+        return self._frames.pop(0)
+
+    def _log(self, level: int, message: str) -> None:
+        if level == pb_utils.Logger.VERBOSE and self._log_verbose <= 0:
+            return
+        self.send((wire.LOG, level, message))
+
+    # the frames
+    def serve(self) -> int:
+        while True:
+            frame = self._next()
+            if frame is None:  # the server went away
+                return 0
+            kind = frame[0]
+            if kind == wire.EXECUTE:
+                self._execute(frame)
+            elif kind == wire.INIT:
+                self._initialize(*frame[1:])
+            elif kind == wire.AUTO_COMPLETE:
+                self._auto_complete(*frame[1:])
+            elif kind == wire.IS_READY:
+                self._is_ready(frame[1])
+            elif kind == wire.FINALIZE:
+                self._finalize()
+                return 0
+
+    def _run(self, value: Any) -> Any:
+        """The value, awaited first when model code returned an awaitable (async def methods)."""
+        if not inspect.isawaitable(value):
+            return value
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+        return self._loop.run_until_complete(value)
+
+    def _initialize(self, model_file: str, args: dict, log_verbose: int, arena_size: int) -> None:
+        self._instance_name = args.get("model_instance_name", "")
+        self._log_verbose = log_verbose
+        pb_utils._configure(self._log, os.path.dirname(os.path.abspath(model_file)))
+        try:
+            module = load_module(model_file)
+            self._model = module.TritonPythonModel()
+            if hasattr(self._model, "initialize"):
+                self._run(self._model.initialize(args))
+        except BaseException as exc:
+            self.send((wire.ERROR, describe(exc)))
+            return
+        self._outputs = [wire.TensorWriter(arena_size) for _ in range(wire.PIPELINE_DEPTH)]
+        self.send((wire.READY, hasattr(self._model, "is_ready")))
+
+    def _auto_complete(self, model_file: str, config_json: str) -> None:
+        pb_utils._configure(self._log, os.path.dirname(os.path.abspath(model_file)))
+        try:
+            model_class = load_module(model_file).TritonPythonModel
+            config = pb_utils.ModelConfig(config_json)
+            hook = getattr(model_class, "auto_complete_config", None)
+            if hook is not None:
+                config = hook(config)
+                if not isinstance(config, pb_utils.ModelConfig):
+                    raise TypeError(
+                        f"auto_complete_config must return the ModelConfig it was given, returned "
+                        f"{type(config).__name__}"
+                    )
+            self.send((wire.CONFIG, json.dumps(config.as_dict())))
+        except BaseException as exc:
+            self.send((wire.ERROR, describe(exc)))
+
+    def _is_ready(self, seq: int) -> None:
+        try:
+            ready = self._run(self._model.is_ready())
+            self.send((wire.READY_STATE, seq, bool(ready), ""))
+        except BaseException as exc:
+            self.send((wire.READY_STATE, seq, False, describe(exc)))
+
+    def _finalize(self) -> None:
+        message = ""
+        if self._model is not None and hasattr(self._model, "finalize"):
+            try:
+                self._run(self._model.finalize())
+            except BaseException as exc:
+                message = describe(exc)
+        self.send((wire.FINALIZED, message))
+
+    def _failed(self, seq: int, message: str) -> None:
+        self.send(
+            (
+                wire.FAILED,
+                seq,
+                f"Failed to process the request(s) for model '{self._instance_name}', message: {message}",
+            )
+        )
+
+    def _execute(self, frame: tuple) -> None:
+        _, seq, new_size, raw_requests = frame
+        slot = seq % wire.PIPELINE_DEPTH
+        if new_size:
+            old = self._inputs[slot]
+            if old is not None:
+                old.close()
+            self._inputs[slot] = wire.Arena(self._reader.take_fd(), new_size)
+        arena = self._inputs[slot]
+        wrap = pb_utils.Tensor._wrap
+        requests = []
+        wanted = []
+        for request_id, correlation_id, flags, parameters, timeout, names, inputs in raw_requests:
+            tensors = [
+                wrap(name, datatype, arena.array(datatype, shape, offset, nbytes))  # type: ignore[union-attr]
+                for name, datatype, shape, offset, nbytes in inputs
+            ]
+            requests.append(
+                pb_utils.InferenceRequest._received(
+                    tensors, request_id, correlation_id, flags, parameters, timeout, names
+                )
+            )
+            wanted.append(names)
+        try:
+            responses = self._run(self._model.execute(requests))
+        except BaseException as exc:
+            self._failed(seq, describe(exc))
+            return
+        problem = _check_responses(responses, len(requests))
+        if problem:
+            self._failed(seq, problem)
+            return
+        writer = self._outputs[slot]
+        results: list[tuple[Any, ...]] = []
+        try:
+            for index, response in enumerate(responses):
+                error = response._error
+                if error is not None:
+                    results.append((False, pb_utils.status_name(error.code()), str(error.message())))
+                    continue
+                names = wanted[index]
+                outputs = tuple(
+                    writer.add(t._name, t._datatype, t._array) for t in response._tensors if t._name in names
+                )
+                results.append((True, outputs, response._parameters))
+            new_size = writer.finish()
+        except BaseException as exc:
+            writer.reset()
+            self._failed(seq, describe(exc))
+            return
+        self.send((wire.RESULT, seq, new_size, tuple(results)), writer.arena.fd if new_size else -1)
+
+
+def _check_responses(responses: Any, count: int) -> str:
+    if responses is None:
+        return (
+            "execute returned None; without a decoupled transaction policy it must return one "
+            "InferenceResponse per request"
+        )
+    if not isinstance(responses, (list, tuple)):
+        return f"execute must return a list of InferenceResponse, not {type(responses).__name__}"
+    if len(responses) != count:
+        return (
+            f"execute returned {len(responses)} InferenceResponse objects for {count} InferenceRequest "
+            "objects; it must return one per request"
+        )
+    for response in responses:
+        if not isinstance(response, pb_utils.InferenceResponse):
+            return f"execute must return InferenceResponse objects, found {type(response)!r}"
+        for tensor in response._tensors:
+            if not isinstance(tensor, pb_utils.Tensor):
+                return f"output_tensors must hold pb_utils.Tensor objects, found {type(tensor)!r}"
+    return ""
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "--fd":
+        print("usage: worker --fd FD (started by the Nereid server)", file=sys.stderr)
+        return 2
+    # Ctrl-C in a terminal reaches the whole process group: the server decides when workers stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    faulthandler.enable()  # a crash in native code still leaves a traceback in the server's log
+    sys.modules["triton_python_backend_utils"] = pb_utils
+    sock = socket.socket(fileno=int(argv[1]))
+    sock.setblocking(True)
+    try:
+        return Worker(sock).serve()
+    except (BrokenPipeError, ConnectionResetError):
+        return 0  # the server went away

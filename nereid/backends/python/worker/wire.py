@@ -1,0 +1,290 @@
+"""What the server and a Python-model worker exchange: frames on a socket, tensors in shared memory.
+
+Runs on both sides, and the worker side may be another Python (EXECUTION_ENV_PATH), so this module needs
+only the standard library and numpy, and Python 3.8.
+
+Control frames are a 4-byte little-endian length and a pickled tuple of builtins (strings, numbers, tuples,
+dicts): small, whatever the tensor sizes. Tensor data travels in two arenas per worker, anonymous shared
+memory (memfd) that only its writer writes: the server writes request inputs into its arena, the worker
+writes response outputs into its own. A tensor crosses as a descriptor `(name, datatype, shape, offset,
+nbytes)` into the writer's arena. The writer grows its arena when a frame needs more room and passes the
+new file descriptor along with that frame (SCM_RIGHTS), so no shared memory has a name that could outlive
+the processes: the kernel frees it when both sides have closed it.
+
+Up to PIPELINE_DEPTH executions are in flight per worker: while the worker runs one, the next one waits
+in its socket, so a busy worker goes from one to the next without sleeping. Each direction has an arena
+per pipeline slot (execution number % PIPELINE_DEPTH). The server sends execution n + DEPTH only after
+it has read the answer to n, and the worker writes that answer's outputs only after it received n + DEPTH:
+so neither side overwrites a slot the other still reads.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import pickle
+import socket
+import struct
+import tempfile
+from collections import deque
+from typing import Any, Sequence, Tuple
+
+import numpy as np
+
+# Frame kinds, server -> worker
+INIT = "init"  # (INIT, args: dict, log_verbose: int, arena_size: int) -> READY | ERROR
+AUTO_COMPLETE = "auto_complete"  # (AUTO_COMPLETE, config_json: str) -> CONFIG | ERROR
+EXECUTE = "execute"  # (EXECUTE, seq, new_arena_size, requests) -> RESULT | FAILED; seq counts 0, 1, ...
+IS_READY = "is_ready"  # (IS_READY, seq) -> READY_STATE
+FINALIZE = "finalize"  # (FINALIZE,) -> FINALIZED, then the worker exits
+# worker -> server
+READY = "ready"  # (READY, has_is_ready: bool)
+ERROR = "error"  # (ERROR, message): initialize or auto-complete failed
+CONFIG = "config"  # (CONFIG, config_json)
+RESULT = "result"  # (RESULT, seq, new_arena_size, results): one result per request, in order
+FAILED = "failed"  # (FAILED, seq, message): execute raised or answered wrongly; every request fails
+READY_STATE = "ready_state"  # (READY_STATE, seq, ready: bool, message)
+FINALIZED = "finalized"  # (FINALIZED, error message or "")
+LOG = "log"  # (LOG, level, message): pb_utils.Logger, forwarded to the server's log
+
+# A request inside EXECUTE: (id, correlation_id, flags, parameters_json, timeout_us, output_names, inputs)
+# A result inside RESULT: (True, outputs, parameters_json) or (False, status_name, message)
+# `inputs` and `outputs` are tuples of tensor descriptors.
+TensorDescriptor = Tuple[str, str, Tuple[int, ...], int, int]
+
+PIPELINE_DEPTH = 2
+ALIGNMENT = 64
+_HEADER = struct.Struct("<I")
+_MAX_FDS = 4
+
+# Wire datatype -> numpy dtype. nereid.datatypes has the same table, but the worker cannot import it (it
+# needs ml_dtypes, absent from most model environments), hence this copy without BF16.
+NUMPY_TYPES: dict[str, Any] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BYTES": np.dtype(np.object_),
+}
+_BY_KIND = {(dt.kind, dt.itemsize): name for name, dt in NUMPY_TYPES.items() if name != "BYTES"}
+
+
+def bfloat16() -> np.dtype | None:
+    """numpy has no bfloat16; ml_dtypes provides one where it is installed."""
+    try:
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    except ImportError:
+        return None
+
+
+def datatype_of(dtype: np.dtype) -> str | None:
+    """The wire datatype of a numpy dtype, or None when there is none."""
+    if dtype.kind in ("O", "S"):
+        return "BYTES"
+    if dtype.kind == "V" and dtype.itemsize == 2 and dtype.name == "bfloat16":
+        return "BF16"
+    return _BY_KIND.get((dtype.kind, dtype.itemsize))
+
+
+# BYTES tensors: each element is a 4-byte little-endian length and the bytes, row-major.
+def serialize_bytes(array_: np.ndarray) -> bytes:
+    parts: list[bytes] = []
+    pack = _HEADER.pack
+    for item in array_.reshape(-1).tolist():
+        if not isinstance(item, bytes):
+            item = item.encode("utf-8") if isinstance(item, str) else str(item).encode("utf-8")
+        parts.append(pack(len(item)))
+        parts.append(item)
+    return b"".join(parts)
+
+
+def deserialize_bytes(buffer: Any, count: int = -1) -> np.ndarray:
+    """Elements of a serialized BYTES tensor as a 1-D object array (all of them when count is -1)."""
+    view = memoryview(buffer)
+    end = len(view)
+    items: list[bytes] = []
+    unpack = _HEADER.unpack_from
+    position = 0
+    while position < end and count != len(items):
+        if position + 4 > end:
+            raise ValueError("serialized BYTES tensor ends inside an element's length")
+        (length,) = unpack(view, position)
+        position += 4
+        if position + length > end:
+            raise ValueError("serialized BYTES tensor ends inside an element")
+        items.append(bytes(view[position : position + length]))
+        position += length
+    result = np.empty(len(items), dtype=np.object_)
+    result[:] = items
+    return result
+
+
+class Arena:
+    """Anonymous shared memory that one side writes and the other reads."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        import mmap
+
+        self.fd = fd
+        self.size = size
+        self.buffer = mmap.mmap(fd, size)
+
+    @classmethod
+    def create(cls, size: int) -> Arena:
+        if hasattr(os, "memfd_create"):
+            fd = os.memfd_create("nereid-python-tensors", getattr(os, "MFD_CLOEXEC", 0))
+        else:  # no memfd (not Linux): an unlinked temporary file is as anonymous
+            handle = tempfile.TemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+            fd = os.dup(handle.fileno())
+            handle.close()
+        os.ftruncate(fd, size)
+        return cls(fd, size)
+
+    def close(self) -> None:
+        try:
+            self.buffer.close()
+        except BufferError:  # arrays still view it (a model kept an input): the mapping goes with them
+            pass
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def write(self, offset: int, data: Any) -> None:
+        end = offset + len(data)
+        self.buffer[offset:end] = data
+
+    def array(self, datatype: str, shape: Sequence[int], offset: int, nbytes: int) -> np.ndarray:
+        """A view of a tensor in the arena (BYTES: a new object array)."""
+        if datatype == "BYTES":
+            count = 1
+            for d in shape:
+                count *= d
+            return deserialize_bytes(memoryview(self.buffer)[offset : offset + nbytes], count).reshape(shape)
+        dtype = NUMPY_TYPES.get(datatype)
+        if dtype is None:
+            dtype = bfloat16() if datatype == "BF16" else None
+            if dtype is None:
+                dtype = np.dtype("<u2")  # BF16 without ml_dtypes: the raw 16-bit values
+        return np.frombuffer(self.buffer, dtype, nbytes // dtype.itemsize, offset).reshape(shape)
+
+
+class TensorWriter:
+    """Lays out the tensors of one frame in an arena, growing it (a new one) when they do not fit."""
+
+    def __init__(self, size: int) -> None:
+        self.arena = Arena.create(size)
+        self.new_size = size  # sent with the next frame so the peer maps the arena; 0 once it has
+        self._offset = 0
+        self._pending: list[tuple[int, Any]] = []
+
+    def reset(self) -> None:
+        self._offset = 0
+        self._pending = []
+
+    def add(self, name: str, datatype: str, data: np.ndarray) -> TensorDescriptor:
+        """Reserve room for a tensor; `finish` copies it in. `data` must be C-contiguous, or BYTES."""
+        shape = tuple(data.shape)
+        if datatype == "BYTES":
+            payload: Any = serialize_bytes(data)
+            nbytes = len(payload)
+        else:
+            if not data.flags.c_contiguous:
+                data = np.ascontiguousarray(data)
+            nbytes = data.nbytes
+            payload = data.reshape(-1).view(np.uint8) if nbytes else b""
+        offset = self._offset
+        self._offset = offset + (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+        if nbytes:
+            self._pending.append((offset, payload))
+        return (name, datatype, shape, offset, nbytes)
+
+    def finish(self) -> int:
+        """Copy the reserved tensors in; returns the arena's size when the peer must map it anew, else 0."""
+        if self._offset > self.arena.size:
+            size = self.arena.size
+            while size < self._offset:
+                size *= 2
+            self.arena.close()
+            self.arena = Arena.create(size)
+            self.new_size = size
+        arena = self.arena
+        for offset, payload in self._pending:
+            arena.write(offset, payload)
+        self._pending = []
+        self._offset = 0
+        new_size, self.new_size = self.new_size, 0
+        return new_size
+
+
+def encode(message: tuple) -> bytes:
+    body = pickle.dumps(message, 4)
+    return _HEADER.pack(len(body)) + body
+
+
+class FrameReader:
+    """Reassembles frames from what a stream socket delivers, with the descriptors passed alongside."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self.fds: deque[int] = deque()
+
+    def feed(self, data: bytes, ancillary: list[tuple[int, int, bytes]]) -> None:
+        self._buffer += data
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+                self.fds.extend(fds)
+
+    def frames(self) -> list[tuple]:
+        out = []
+        buffer = self._buffer
+        start = 0
+        end = len(buffer)
+        while end - start >= 4:
+            (length,) = _HEADER.unpack_from(buffer, start)
+            if end - start - 4 < length:
+                break
+            out.append(pickle.loads(bytes(buffer[start + 4 : start + 4 + length])))
+            start += 4 + length
+        if start:
+            del buffer[:start]
+        return out
+
+    def take_fd(self) -> int:
+        if not self.fds:
+            raise RuntimeError("a frame announced a shared-memory arena but no file descriptor came with it")
+        return self.fds.popleft()
+
+    def close(self) -> None:
+        while self.fds:
+            os.close(self.fds.popleft())
+
+
+def receive(sock: socket.socket, reader: FrameReader) -> bool:
+    """One read from the socket into the reader; False at end of stream."""
+    data, ancillary, _flags, _address = sock.recvmsg(1 << 16, socket.CMSG_SPACE(_MAX_FDS * 4))
+    if not data:
+        return False
+    reader.feed(data, ancillary)
+    return True
+
+
+def send(sock: socket.socket, frame: bytes, fd: int = -1) -> None:
+    """Send a whole frame (blocking socket), with a file descriptor riding along when fd >= 0."""
+    if fd >= 0:
+        sent = sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+        if sent < len(frame):
+            sock.sendall(frame[sent:])
+    else:
+        sock.sendall(frame)
