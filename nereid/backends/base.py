@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -16,6 +15,8 @@ from nereid.errors import NereidError
 Outputs = dict[str, np.ndarray]
 # What an instance returns for one request: its outputs, or the error that fails that request alone.
 BackendResult = Outputs | NereidError
+# How an AsyncModelInstance reports an execution: one result per request, or what failed them all.
+ExecutionDone = Callable[[list[BackendResult] | BaseException], None]
 
 # Triton's request flags (TRITONSERVER_REQUEST_FLAG_*).
 SEQUENCE_START = 1
@@ -70,9 +71,9 @@ class AsyncModelInstance(Protocol):
 
     pipeline_depth: int
 
-    def submit(self, requests: Sequence[BackendRequest]) -> asyncio.Future[list[BackendResult]]:
-        """Start executing; call on the event loop. The future (never cancelled by the instance) gives one
-        result per request, in order, or raises when the whole execution failed."""
+    def submit(self, requests: Sequence[BackendRequest], done: ExecutionDone) -> None:
+        """Start executing; call on the event loop. `done` is called once, on the event loop, with one
+        result per request in order, or with the exception that failed the whole execution."""
         ...
 
     async def model_ready(self) -> bool:

@@ -34,6 +34,16 @@ class _Job:
     queued_ns: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A request waiting for an AsyncModelInstance to have room."""
+
+    request: BackendRequest
+    future: asyncio.Future[Outputs]
+    timing: RequestTiming | None
+    queued_ns: int
+
+
 class _Slot:
     """An instance and the lock that lets it run one execution at a time."""
 
@@ -65,7 +75,7 @@ class DefaultScheduler:
         self._label = model_label
         self._async_instances = [i for i in instances if isinstance(i, AsyncModelInstance)]
         self._outstanding = [0] * len(self._async_instances)  # submissions not finished, per instance
-        self._waiting: collections.deque[_Job] = collections.deque()
+        self._waiting: collections.deque[_Waiting] = collections.deque()
         self._slots = [_Slot(i) for i in instances if not isinstance(i, AsyncModelInstance)]
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._inline_limit_s = inline_limit_s
@@ -80,7 +90,15 @@ class DefaultScheduler:
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         """The request's outputs; `timing`, when given, receives the queue and execution times."""
         if self._async_instances:
-            return await self._execute_async(request, timing)
+            answer: asyncio.Future[Outputs] = asyncio.get_running_loop().create_future()
+            index = self._pick()
+            if index < 0:
+                queued = time.perf_counter_ns() if timing is not None else 0
+                self._waiting.append(_Waiting(request, answer, timing, queued))
+            else:
+                self._submit(index, request, answer, timing, 0)
+            # A cancelled caller leaves the instance running the request; the result is then dropped.
+            return await answer
         if self._average_s is not None and self._average_s < self._inline_limit_s and self._queue.empty():
             for slot in self._slots:
                 if slot.lock.acquire(blocking=False):
@@ -130,25 +148,13 @@ class DefaultScheduler:
         waiting, self._waiting = self._waiting, collections.deque()
         for job in waiting:
             with contextlib.suppress(RuntimeError):  # the loop may be closed already
-                job.loop.call_soon_threadsafe(
+                job.future.get_loop().call_soon_threadsafe(
                     _resolve, job.future, Unavailable(f"model {self._label} is unloading")
                 )
         for instance in self._async_instances:
             instance.close()
 
     # instances driven from the event loop
-    async def _execute_async(self, request: BackendRequest, timing: RequestTiming | None) -> Outputs:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Outputs] = loop.create_future()
-        job = _Job(request, future, loop, timing, time.perf_counter_ns())
-        index = self._pick()
-        if index < 0:
-            self._waiting.append(job)
-        else:
-            self._submit(index, job)
-        # A cancelled caller leaves the instance running its job; the result is then dropped.
-        return await future
-
     def _pick(self) -> int:
         """An idle instance, else one with room behind its current submission, else -1."""
         chosen = -1
@@ -159,37 +165,50 @@ class DefaultScheduler:
                 chosen = index
         return chosen
 
-    def _submit(self, index: int, job: _Job) -> None:
+    def _submit(
+        self,
+        index: int,
+        request: BackendRequest,
+        future: asyncio.Future[Outputs],
+        timing: RequestTiming | None,
+        queued_ns: int,
+    ) -> None:
         self._outstanding[index] += 1
-        submitted = time.perf_counter_ns()
-        if job.timing is not None:
-            job.timing.queue_ns = submitted - job.queued_ns
+        submitted_ns = 0
+        if timing is not None:
+            submitted_ns = time.perf_counter_ns()
+            if queued_ns:
+                timing.queue_ns = submitted_ns - queued_ns
+        done = partial(self._finished, index, future, timing, submitted_ns)
         try:
-            execution = self._async_instances[index].submit((job.request,))
+            self._async_instances[index].submit((request,), done)
         except Exception as exc:  # submit itself failing must not lose the instance
-            execution = job.loop.create_future()
-            execution.set_exception(exc)
-        execution.add_done_callback(partial(self._finished, index, job, submitted))
+            done(exc)
 
     def _finished(
-        self, index: int, job: _Job, submitted: int, execution: asyncio.Future[list[BackendResult]]
+        self,
+        index: int,
+        future: asyncio.Future[Outputs],
+        timing: RequestTiming | None,
+        submitted_ns: int,
+        outcome: list[BackendResult] | BaseException,
     ) -> None:
-        if job.timing is not None:
-            job.timing.infer_ns = time.perf_counter_ns() - submitted
-        outcome: BackendResult | BaseException
-        try:
-            (outcome,) = execution.result()
-        except NereidError as exc:
-            outcome = exc
-        except BaseException as exc:  # an instance bug fails this request, never the scheduler
-            outcome = self._unexpected(exc)
-        _resolve(job.future, outcome)
+        if timing is not None:
+            timing.infer_ns = time.perf_counter_ns() - submitted_ns
+        if isinstance(outcome, list) and len(outcome) == 1:
+            _resolve(future, outcome[0])
+        elif isinstance(outcome, NereidError):
+            _resolve(future, outcome)
+        elif isinstance(outcome, BaseException):  # an instance bug fails this request, not the scheduler
+            _resolve(future, self._unexpected(outcome))
+        else:
+            _resolve(future, InternalError(f"model {self._label}: {len(outcome)} results for one request"))
         self._outstanding[index] -= 1
-        # Jobs wait only while every instance is full, so the one that just made room takes the oldest.
+        # Requests wait only while every instance is full, so the one that just made room takes the oldest.
         while self._waiting:
-            following = self._waiting.popleft()
-            if not following.future.done():  # skip requests whose callers went away
-                self._submit(index, following)
+            waiting = self._waiting.popleft()
+            if not waiting.future.done():  # skip requests whose callers went away
+                self._submit(index, waiting.request, waiting.future, waiting.timing, waiting.queued_ns)
                 return
 
     # instances that block, on threads
@@ -223,7 +242,9 @@ class DefaultScheduler:
                 job.timing.queue_ns = time.perf_counter_ns() - job.queued_ns
             try:
                 with slot.lock:
-                    result: BackendResult | BaseException = self._timed(slot.instance, job.request, job.timing)
+                    result: BackendResult | BaseException = self._timed(
+                        slot.instance, job.request, job.timing
+                    )
             except NereidError as exc:
                 result = exc
             except Exception as exc:  # a backend bug must fail this request, not the instance thread

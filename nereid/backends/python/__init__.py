@@ -9,6 +9,10 @@ Settings, from `--backend-config=python,<key>=<value>` (server-wide) and from th
 - `stub-timeout-seconds` (Triton's name): how long control exchanges may take (finalize at unload).
 - `shm-default-byte-size` (Triton's name): the initial size of each shared-memory arena; they grow on
   demand.
+- `busy-wait-microseconds`: how long a worker that finished an execution polls for the next request
+  before it sleeps, and how long the event loop keeps turning while it waits for a lone execution.
+  Waking a sleeping process costs tens of microseconds, more than a small model takes; polling trades
+  that for CPU time. Default 1000; 0 turns polling off.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from nereid.errors import ModelConfigError, Unavailable, Unsupported
 from nereid.model_config import config_from_json, config_to_json
 
 log = logging.getLogger("nereid.backends.python")
+
+DEFAULT_BUSY_WAIT_US = 1000
 
 
 class PythonBackend:
@@ -92,6 +98,7 @@ def _launch(config: mc.ModelConfig, model_dir: Path, backend_config: Mapping[str
         arena_size=max(4096, int(number("", "shm-default-byte-size", 1 << 20))),
         stub_timeout_s=number("", "stub-timeout-seconds", 30.0) or 30.0,
         execute_timeout_s=number("EXECUTE_TIMEOUT_SECONDS", "execute-timeout-seconds", 0.0),
+        busy_wait_us=int(number("", "busy-wait-microseconds", DEFAULT_BUSY_WAIT_US)),
     )
 
 

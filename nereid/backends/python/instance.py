@@ -1,13 +1,13 @@
 """One instance of a Python model: a worker process driven from the server's event loop.
 
 The event loop writes a request's inputs into shared memory, sends one small frame, and goes back to its
-other work; the worker's answer wakes a reader callback that resolves the execution's future. No thread
-sits between the two, and the loop never waits on model code. Up to wire.PIPELINE_DEPTH executions are
-in flight at once, so that a busy worker finds its next one waiting (see wire.py).
+other work; the worker's answer wakes a reader callback that hands the results to the scheduler. No
+thread sits between the two, and the loop never waits on model code. Up to wire.PIPELINE_DEPTH
+executions are in flight at once, so that a busy worker finds its next one waiting (see wire.py).
 
 Faults: a thread per worker waits for the process to exit. When it exits unexpectedly (crash, signal,
-os._exit, or killed by the server because an execution outlived the execute timeout), the execution in
-flight fails at once, the instance reports why it cannot serve, and a new worker starts. Requests
+os._exit, or killed by the server because an execution outlived the execute timeout), the executions in
+flight fail at once, the instance reports why it cannot serve, and a new worker starts. Requests
 submitted meanwhile wait for it; when it cannot start either, they fail and the instance stays down.
 """
 
@@ -21,14 +21,14 @@ import itertools
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import orjson
 
-from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
+from nereid.backends.base import BackendRequest, BackendResult, ExecutionDone, InstanceSpec, Outputs
 from nereid.backends.python.process import WorkerLaunch, WorkerProcess, exit_description, start_worker
 from nereid.backends.python.worker import wire
 from nereid.errors import (
@@ -67,13 +67,26 @@ IS_READY_TIMEOUT_S = 5.0  # as Triton bounds a model's is_ready
 @dataclass(slots=True)
 class _Execution:
     seq: int
-    future: asyncio.Future[list[BackendResult]]
+    done: ExecutionDone
+    loop: asyncio.AbstractEventLoop
     worker: WorkerProcess
-    timer: asyncio.TimerHandle | None
+    timer: asyncio.TimerHandle | None = None
+    awake_until: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A submission that arrived while the worker was restarting."""
+
+    requests: Sequence[BackendRequest]
+    done: ExecutionDone
+    loop: asyncio.AbstractEventLoop
 
 
 class PythonInstance:
     """AsyncModelInstance for a model.py; see the module docstring for the life of its worker."""
+
+    pipeline_depth = wire.PIPELINE_DEPTH
 
     def __init__(self, spec: InstanceSpec, launch: WorkerLaunch, config_json: str) -> None:
         self._name = spec.instance_name
@@ -88,13 +101,14 @@ class PythonInstance:
             "model_version": str(spec.version),
             "model_name": spec.model_name,
         }
-        self._init = (wire.INIT, str(spec.model_file), args, 0, launch.arena_size)
+        self._init = (wire.INIT, str(spec.model_file), args, launch.arena_size, launch.busy_wait_us)
+        self._busy_wait_s = launch.busy_wait_us / 1e6
+        # Taken by whatever changes the state below; on the event loop it is never contended for long.
         self._lock = threading.RLock()
         self._checks = itertools.count(1)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop that submitted last
         self._inflight: collections.deque[_Execution] = collections.deque()  # oldest first
-        # Submitted while the worker restarts; sent when the new one is up.
-        self._held: list[tuple[Sequence[BackendRequest], asyncio.Future[list[BackendResult]]]] = []
+        self._held: list[_Held] = []
         self._ready_checks: dict[int, asyncio.Future[bool]] = {}
         self._reason: str | None = None
         self._failed = False  # the worker died and could not be restarted
@@ -102,22 +116,17 @@ class PythonInstance:
         self._worker: WorkerProcess | None = self._start()
 
     # AsyncModelInstance
-    pipeline_depth = wire.PIPELINE_DEPTH
-
-    def submit(self, requests: Sequence[BackendRequest]) -> asyncio.Future[list[BackendResult]]:
+    def submit(self, requests: Sequence[BackendRequest], done: ExecutionDone) -> None:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[BackendResult]] = loop.create_future()
         with self._lock:
             self._loop = loop
             worker = self._worker
-            if worker is None:
-                if self._closed or self._failed:
-                    future.set_exception(Unavailable(self._reason or f"{self._label} is unloaded"))
-                else:  # restarting: sent as soon as the new worker is up
-                    self._held.append((requests, future))
-                return future
-            self._send(worker, requests, future, loop)
-        return future
+            if worker is not None:
+                self._send(worker, requests, done, loop)
+            elif self._closed or self._failed:
+                done(Unavailable(self._reason or f"{self._label} is unloaded"))
+            else:  # restarting: sent as soon as the new worker is up
+                self._held.append(_Held(requests, done, loop))
 
     async def model_ready(self) -> bool:
         loop = asyncio.get_running_loop()
@@ -161,45 +170,59 @@ class PythonInstance:
         self,
         worker: WorkerProcess,
         requests: Sequence[BackendRequest],
-        future: asyncio.Future[list[BackendResult]],
+        done: ExecutionDone,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        self._bind(worker, loop)
+        if worker.loop is not loop:
+            self._bind(worker, loop)
         seq = worker.executions
         writer = worker.inputs[seq % wire.PIPELINE_DEPTH]
         try:
-            raw = tuple(_describe_request(writer, request) for request in requests)
+            raw = tuple([_describe_request(writer, request) for request in requests])
         except NereidError as exc:
             writer.reset()
-            future.set_exception(exc)
+            done(exc)
             return
         worker.executions = seq + 1
         new_size = writer.finish()
-        frame = wire.encode((wire.EXECUTE, seq, new_size, raw))
-        execution = _Execution(seq, future, worker, None)
-        if not self._inflight:
-            self._start_timer(execution, loop)
+        execution = _Execution(seq, done, loop, worker)
+        alone = not self._inflight
+        if alone:
+            self._start_timer(execution)
         self._inflight.append(execution)
-        self._write(worker, frame, writer.arena.fd if new_size else -1)
+        self._write(
+            worker, wire.encode((wire.EXECUTE, seq, new_size, raw)), writer.arena.fd if new_size else -1
+        )
+        if alone and self._busy_wait_s > 0:
+            # Keep the loop turning (it still serves everything else) so that it is awake when the answer
+            # comes: waking a sleeping loop costs more than a short execution.
+            execution.awake_until = time.perf_counter() + self._busy_wait_s
+            loop.call_soon(self._keep_awake, execution)
 
-    def _start_timer(self, execution: _Execution, loop: asyncio.AbstractEventLoop) -> None:
+    def _keep_awake(self, execution: _Execution) -> None:
+        if self._inflight and self._inflight[0] is execution and time.perf_counter() < execution.awake_until:
+            execution.loop.call_soon(self._keep_awake, execution)
+
+    def _start_timer(self, execution: _Execution) -> None:
         """Time an execution from when the worker can start it: when the ones before it are done."""
         timeout = self._launch.execute_timeout_s
         if timeout > 0:
-            execution.timer = loop.call_later(timeout, self._timed_out, execution.worker, execution.seq)
+            execution.timer = execution.loop.call_later(
+                timeout, self._timed_out, execution.worker, execution.seq
+            )
 
     def _write(self, worker: WorkerProcess, frame: bytes, fd: int = -1) -> None:
         """Send without blocking the loop; frames are small, so the socket buffer takes them whole."""
         sock = worker.sock
         try:
             if fd >= 0:
-                sent = sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fds(fd))])
+                sent = sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
             else:
                 sent = sock.send(frame)
         except BlockingIOError:
             sent = 0
         except OSError:
-            return  # the worker is gone; its exit fails the execution
+            return  # the worker is gone; its exit fails the executions
         if sent < len(frame):  # a worker that stopped reading: give it a moment, then treat it as hung
             try:
                 sock.settimeout(self._launch.stub_timeout_s)
@@ -212,6 +235,7 @@ class PythonInstance:
 
     # receiving, on the event loop
     def _bind(self, worker: WorkerProcess, loop: asyncio.AbstractEventLoop) -> None:
+        """Watch the worker's socket from this loop (tests run several loops one after another)."""
         bound = worker.loop
         if bound is loop:
             return
@@ -226,35 +250,37 @@ class PythonInstance:
         if loop is None or loop.is_closed():
             return
         fd = worker.sock.fileno()
+        if fd < 0:
+            return
         if not loop.is_running() or _on_loop_thread(loop):
             loop.remove_reader(fd)
             return
-        done = threading.Event()
+        removed = threading.Event()
 
         def remove() -> None:
             loop.remove_reader(fd)
-            done.set()
+            removed.set()
 
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(remove)
-            done.wait(self._launch.stub_timeout_s)
+            removed.wait(self._launch.stub_timeout_s)
 
     def _on_readable(self, worker: WorkerProcess) -> None:
         try:
-            alive = wire.receive(worker.sock, worker.reader)
+            frames = wire.receive(worker.sock, worker.reader)
         except BlockingIOError:
             return
         except OSError:
-            alive = False
-        if not alive:
+            frames = None
+        if frames is None:
             # The exit watcher reports the death with its cause; stop listening meanwhile. A worker that
-            # closed its end but lives on is of no use: end it, so the watcher fires.
+            # closed its end but lives on is of no use: end it, so that the watcher fires.
             self._unbind(worker)
             if worker.loop is not None:
                 worker.loop.call_later(self._launch.stub_timeout_s, _end, worker)
             return
         with self._lock:
-            for frame in worker.reader.frames():
+            for frame in frames:
                 self._handle(worker, frame)
 
     def _handle(self, worker: WorkerProcess, frame: tuple[Any, ...]) -> None:
@@ -263,22 +289,17 @@ class PythonInstance:
             _, seq, new_size, results = frame
             slot = seq % wire.PIPELINE_DEPTH
             if new_size:
-                old = worker.outputs[slot]
-                if old is not None:
-                    old.close()
-                worker.outputs[slot] = wire.Arena(worker.reader.take_fd(), new_size)
+                _replace(worker.outputs, slot, wire.Arena(worker.reader.take_fd(), new_size))
             execution = self._finish(seq)
             if execution is not None:
                 arena = worker.outputs[slot]
-                decoded = [_decode_result(arena, result) for result in results]
-                if not execution.future.done():
-                    execution.future.set_result(decoded)
+                execution.done([_decode_result(arena, result) for result in results])
         elif kind == wire.FAILED:
             _, seq, message = frame
             log.error("%s", message)  # with the model's traceback, as Triton logs it
             execution = self._finish(seq)
-            if execution is not None and not execution.future.done():
-                execution.future.set_exception(InternalError(message))
+            if execution is not None:
+                execution.done(InternalError(message))
         elif kind == wire.LOG:
             worker.log_frame(frame)
         elif kind == wire.READY_STATE:
@@ -297,8 +318,8 @@ class PythonInstance:
         execution = inflight.popleft()
         if execution.timer is not None:
             execution.timer.cancel()
-        if inflight:
-            self._start_timer(inflight[0], execution.future.get_loop())
+            if inflight:
+                self._start_timer(inflight[0])
         return execution
 
     # faults
@@ -321,11 +342,10 @@ class PythonInstance:
 
     def _watch(self, worker: WorkerProcess) -> None:
         code = worker.process.wait()
-        cause = worker.kill_reason or exit_description(code)
-        self._post(self._lost, worker, cause)
+        self._post(self._lost, worker, worker.kill_reason or exit_description(code))
 
     def _post(self, callback: Callable[..., None], *args: Any) -> None:
-        """Run a state change on the event loop that owns the futures, or here when there is none."""
+        """Run a state change on the event loop that serves the instance, or here when none runs."""
         loop = self._loop
         if loop is not None and loop.is_running():
             try:
@@ -374,26 +394,22 @@ class PythonInstance:
             self._reason = None
             log.info("%s: worker restarted (pid %d)", self._label, worker.process.pid)
             held, self._held = self._held, []
-            for requests, future in held:
-                if not future.done():
-                    self._send(worker, requests, future, future.get_loop())
+            for submission in held:
+                self._send(worker, submission.requests, submission.done, submission.loop)
 
     def _fail_waiting(self, error: NereidError, keep_held: bool = False) -> None:
         inflight, self._inflight = self._inflight, collections.deque()
-        waiting = []
+        waiting = [(execution.done, execution.loop) for execution in inflight]
         for execution in inflight:
-            waiting.append(execution.future)
             if execution.timer is not None:
                 execution.timer.cancel()
         if not keep_held:
-            waiting.extend(future for _, future in self._held)
+            waiting.extend((held.done, held.loop) for held in self._held)
             self._held = []
-        for future in waiting:
-            if not future.done():
-                _set_exception(future, error)
+        for done, loop in waiting:
+            _call_on(loop, done, error)
         for check in self._ready_checks.values():
-            if not check.done():
-                _set_result(check, False)
+            _call_on(check.get_loop(), _not_ready, check)
 
 
 def _describe_request(writer: wire.TensorWriter, request: BackendRequest) -> tuple[Any, ...]:
@@ -410,15 +426,11 @@ def _describe_request(writer: wire.TensorWriter, request: BackendRequest) -> tup
         request.id,
         request.correlation_id,
         request.flags,
-        _json(parameters) if parameters else "{}",
+        orjson.dumps(parameters).decode() if parameters else "{}",
         request.timeout_us,
         request.outputs,
         tuple(inputs),
     )
-
-
-def _json(parameters: Any) -> str:
-    return orjson.dumps(parameters).decode()
 
 
 def _decode_result(arena: wire.Arena | None, result: tuple[Any, ...]) -> BackendResult:
@@ -429,13 +441,21 @@ def _decode_result(arena: wire.Arena | None, result: tuple[Any, ...]) -> Backend
     for name, datatype, shape, offset, nbytes in result[1]:
         if arena is None:
             raise InternalError("a Python worker sent outputs before sharing its memory")
-        array = arena.array(datatype, shape, offset, nbytes)
-        outputs[name] = array if datatype == "BYTES" else np.array(array)  # copied out of the arena
+        data = arena.array(datatype, shape, offset, nbytes)
+        outputs[name] = data if datatype == "BYTES" else data.copy()  # out of the arena, which is reused
     return outputs
 
 
-def _fds(fd: int) -> array.array[int]:
-    return array.array("i", [fd])
+def _not_ready(check: asyncio.Future[bool]) -> None:
+    if not check.done():
+        check.set_result(False)
+
+
+def _replace(arenas: list[wire.Arena | None], slot: int, arena: wire.Arena) -> None:
+    old = arenas[slot]
+    if old is not None:
+        old.close()
+    arenas[slot] = arena
 
 
 def _end(worker: WorkerProcess) -> None:
@@ -451,25 +471,10 @@ def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-def _set_exception(future: asyncio.Future[Any], error: BaseException) -> None:
-    _settle(future, future.set_exception, error)
-
-
-def _set_result(future: asyncio.Future[Any], value: Any) -> None:
-    _settle(future, future.set_result, value)
-
-
-def _settle(future: asyncio.Future[Any], setter: Callable[[Any], None], value: Any) -> None:
-    """Resolve a future from any thread: on its loop's thread, or directly when that loop is not running."""
-    loop = future.get_loop()
+def _call_on(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
+    """Call on the loop's thread: now when already there or when the loop is not running, else soon."""
     if _on_loop_thread(loop) or not loop.is_running():
-        if not future.done():
-            setter(value)
+        callback(*args)
         return
-
-    def settle() -> None:
-        if not future.done():
-            setter(value)
-
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(settle)
+    with contextlib.suppress(RuntimeError):  # closed meanwhile: nobody waits any more
+        loop.call_soon_threadsafe(callback, *args)

@@ -34,6 +34,7 @@ class WorkerLaunch:
     arena_size: int = 1 << 20
     stub_timeout_s: float = 30.0  # for control exchanges that must not hang: finalize
     execute_timeout_s: float = 0.0  # 0: an execution may take as long as it takes
+    busy_wait_us: int = 0  # how long an idle worker polls for its next request before it sleeps
 
 
 def exit_description(code: int | None) -> str:
@@ -99,9 +100,10 @@ class WorkerProcess:
                         self.log_frame(frame)
                     elif frame[0] in (expect, wire.ERROR):
                         return frame
-                if not wire.receive(self.sock, self.reader):
+                frames = wire.receive(self.sock, self.reader)
+                if frames is None:
                     raise Unavailable(self.death_text())
-                self.frames.extend(self.reader.frames())
+                self.frames.extend(frames)
         except TimeoutError:
             raise Unavailable(f"Python worker of {self.label} did not answer within {timeout_s} s") from None
         except OSError as exc:

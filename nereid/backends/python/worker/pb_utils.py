@@ -182,6 +182,10 @@ def _not_yet(what: str) -> TritonModelException:
 # -- tensors -------------------------------------------------------------------------------------------
 
 
+# The usual dtypes, looked up directly (numpy dtypes hash and compare by value).
+_DATATYPES = {dtype: name for name, dtype in wire.NUMPY_TYPES.items()}
+
+
 class _DLPackCapsule:
     """Wraps a bare DLPack capsule so numpy can import it (numpy wants an object with __dlpack__)."""
 
@@ -205,7 +209,7 @@ class Tensor:
             raise TritonModelException(
                 f"tensor '{name}' must be built from a numpy array, got {type(numpy_array).__name__}"
             )
-        datatype = wire.datatype_of(numpy_array.dtype)
+        datatype = _DATATYPES.get(numpy_array.dtype) or wire.datatype_of(numpy_array.dtype)
         if datatype is None:
             raise TritonModelException(
                 f"tensor '{name}': numpy dtype {numpy_array.dtype} is not supported (BYTES tensors are object "
@@ -312,7 +316,7 @@ class InferenceRequest:
         self._inputs = list(inputs or [])
         self._request_id = request_id
         self._correlation_id = correlation_id
-        self._output_names = list(requested_output_names or [])
+        self._output_names: Sequence[str] = list(requested_output_names or [])
         self._flags = flags
         self._timeout = timeout
         self._parameters = _parameters_json(parameters)
@@ -333,20 +337,23 @@ class InferenceRequest:
         timeout: int,
         output_names: Sequence[str],
     ) -> InferenceRequest:
+        # One per request on the hot path: set what varies, the rest are class-level defaults.
         request = cls.__new__(cls)
         request._inputs = inputs
         request._request_id = request_id
         request._correlation_id = correlation_id
-        request._output_names = list(output_names)
+        request._output_names = output_names
         request._flags = flags
         request._timeout = timeout
         request._parameters = parameters
-        request._trace = InferenceTrace()
-        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
-        request.model_name = ""
-        request.model_version = -1
-        request.preferred_memory = PreferredMemory()
         return request
+
+    # Defaults of received requests (instances override what they set).
+    _trace = InferenceTrace()
+    _release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+    model_name = ""
+    model_version = -1
+    preferred_memory = PreferredMemory()
 
     def inputs(self) -> list[Tensor]:
         return self._inputs

@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from types import ModuleType
 from typing import Any
@@ -57,10 +58,10 @@ class Worker:
         self._send_lock = threading.Lock()
         self._model: Any = None
         self._instance_name = ""
-        self._log_verbose = 0
         self._inputs: list[wire.Arena | None] = [None] * wire.PIPELINE_DEPTH  # the server's arenas
         self._outputs: list[wire.TensorWriter] = []  # ours, one per pipeline slot
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._busy_wait_s = 0.0
 
     # transport
     def send(self, message: tuple, fd: int = -1) -> None:
@@ -69,16 +70,38 @@ class Worker:
             wire.send(self._sock, frame, fd)
 
     def _next(self) -> tuple | None:
+        if not self._frames and self._busy_wait_s > 0:
+            self._poll()
         while not self._frames:
-            if not wire.receive(self._sock, self._reader):
+            frames = wire.receive(self._sock, self._reader)
+            if frames is None:
                 return None
-            self._frames = self._reader.frames()
+            self._frames = frames
         return self._frames.pop(0)
 
+    def _poll(self) -> None:
+        """Look for the next frame for a while before sleeping on the socket: waking a sleeping process
+        costs the server more than the frame itself, when requests follow each other closely."""
+        sock = self._sock
+        sock.setblocking(False)
+        deadline = time.perf_counter() + self._busy_wait_s
+        try:
+            while time.perf_counter() < deadline:
+                try:
+                    frames = wire.receive(sock, self._reader)
+                except BlockingIOError:
+                    os.sched_yield()  # let whatever else wants this CPU have it
+                    continue
+                if frames is None:
+                    return  # end of stream: the blocking read sees it too
+                if frames:
+                    self._frames = frames
+                    return
+        finally:
+            sock.setblocking(True)
+
     def _log(self, level: int, message: str) -> None:
-        if level == pb_utils.Logger.VERBOSE and self._log_verbose <= 0:
-            return
-        self.send((wire.LOG, level, message))
+        self.send((wire.LOG, level, message))  # the server's log level decides what shows
 
     # the frames
     def serve(self) -> int:
@@ -101,16 +124,16 @@ class Worker:
 
     def _run(self, value: Any) -> Any:
         """The value, awaited first when model code returned an awaitable (async def methods)."""
-        if not inspect.isawaitable(value):
+        if type(value) is list or not inspect.isawaitable(value):
             return value
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self._loop)
         return self._loop.run_until_complete(value)
 
-    def _initialize(self, model_file: str, args: dict, log_verbose: int, arena_size: int) -> None:
+    def _initialize(self, model_file: str, args: dict, arena_size: int, busy_wait_us: int) -> None:
         self._instance_name = args.get("model_instance_name", "")
-        self._log_verbose = log_verbose
+        self._busy_wait_s = busy_wait_us / 1e6
         pb_utils._configure(self._log, os.path.dirname(os.path.abspath(model_file)))
         try:
             module = load_module(model_file)

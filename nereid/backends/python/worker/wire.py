@@ -32,8 +32,8 @@ from typing import Any, Sequence, Tuple
 import numpy as np
 
 # Frame kinds, server -> worker
-INIT = "init"  # (INIT, args: dict, log_verbose: int, arena_size: int) -> READY | ERROR
-AUTO_COMPLETE = "auto_complete"  # (AUTO_COMPLETE, config_json: str) -> CONFIG | ERROR
+INIT = "init"  # (INIT, model_file, args: dict, arena_size, busy_wait_us) -> READY | ERROR
+AUTO_COMPLETE = "auto_complete"  # (AUTO_COMPLETE, model_file, config_json: str) -> CONFIG | ERROR
 EXECUTE = "execute"  # (EXECUTE, seq, new_arena_size, requests) -> RESULT | FAILED; seq counts 0, 1, ...
 IS_READY = "is_ready"  # (IS_READY, seq) -> READY_STATE
 FINALIZE = "finalize"  # (FINALIZE,) -> FINALIZED, then the worker exits
@@ -159,22 +159,19 @@ class Arena:
             os.close(self.fd)
             self.fd = -1
 
-    def write(self, offset: int, data: Any) -> None:
-        end = offset + len(data)
-        self.buffer[offset:end] = data
-
     def array(self, datatype: str, shape: Sequence[int], offset: int, nbytes: int) -> np.ndarray:
         """A view of a tensor in the arena (BYTES: a new object array)."""
+        dtype = NUMPY_TYPES.get(datatype)
+        if dtype is not None and datatype != "BYTES":
+            return np.frombuffer(self.buffer, dtype, nbytes // dtype.itemsize, offset).reshape(shape)
         if datatype == "BYTES":
             count = 1
             for d in shape:
                 count *= d
             return deserialize_bytes(memoryview(self.buffer)[offset : offset + nbytes], count).reshape(shape)
-        dtype = NUMPY_TYPES.get(datatype)
+        dtype = bfloat16() if datatype == "BF16" else None
         if dtype is None:
-            dtype = bfloat16() if datatype == "BF16" else None
-            if dtype is None:
-                dtype = np.dtype("<u2")  # BF16 without ml_dtypes: the raw 16-bit values
+            dtype = np.dtype("<u2")  # BF16 without ml_dtypes: the raw 16-bit values
         return np.frombuffer(self.buffer, dtype, nbytes // dtype.itemsize, offset).reshape(shape)
 
 
@@ -185,28 +182,30 @@ class TensorWriter:
         self.arena = Arena.create(size)
         self.new_size = size  # sent with the next frame so the peer maps the arena; 0 once it has
         self._offset = 0
-        self._pending: list[tuple[int, Any]] = []
+        self._pending: list[tuple[int, int, Any]] = []  # (offset, nbytes, data)
 
     def reset(self) -> None:
         self._offset = 0
         self._pending = []
 
     def add(self, name: str, datatype: str, data: np.ndarray) -> TensorDescriptor:
-        """Reserve room for a tensor; `finish` copies it in. `data` must be C-contiguous, or BYTES."""
-        shape = tuple(data.shape)
+        """Reserve room for a tensor; `finish` copies it in."""
         if datatype == "BYTES":
             payload: Any = serialize_bytes(data)
             nbytes = len(payload)
         else:
             if not data.flags.c_contiguous:
                 data = np.ascontiguousarray(data)
+            if data.dtype.byteorder == ">":  # the wire is little-endian
+                data = data.astype(data.dtype.newbyteorder("<"))
             nbytes = data.nbytes
-            payload = data.reshape(-1).view(np.uint8) if nbytes else b""
+            # numpy exports a C-contiguous array as plain bytes, except for dtypes without a buffer format
+            payload = data.view(np.uint8) if data.dtype.kind == "V" else data
         offset = self._offset
-        self._offset = offset + (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+        self._offset = offset + ((nbytes + ALIGNMENT - 1) & -ALIGNMENT)
         if nbytes:
-            self._pending.append((offset, payload))
-        return (name, datatype, shape, offset, nbytes)
+            self._pending.append((offset, nbytes, payload))
+        return (name, datatype, data.shape, offset, nbytes)
 
     def finish(self) -> int:
         """Copy the reserved tensors in; returns the arena's size when the peer must map it anew, else 0."""
@@ -217,9 +216,9 @@ class TensorWriter:
             self.arena.close()
             self.arena = Arena.create(size)
             self.new_size = size
-        arena = self.arena
-        for offset, payload in self._pending:
-            arena.write(offset, payload)
+        buffer = self.arena.buffer
+        for offset, nbytes, payload in self._pending:
+            buffer[offset : offset + nbytes] = payload
         self._pending = []
         self._offset = 0
         new_size, self.new_size = self.new_size, 0
@@ -235,31 +234,33 @@ class FrameReader:
     """Reassembles frames from what a stream socket delivers, with the descriptors passed alongside."""
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._partial = b""  # the start of a frame whose end has not come yet
         self.fds: deque[int] = deque()
 
-    def feed(self, data: bytes, ancillary: list[tuple[int, int, bytes]]) -> None:
-        self._buffer += data
+    def feed(self, data: bytes, ancillary: Sequence[tuple[int, int, bytes]] = ()) -> list[tuple]:
+        """The frames completed by `data`; descriptors go to `fds`, in the order they came."""
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds = array.array("i")
                 fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
                 self.fds.extend(fds)
-
-    def frames(self) -> list[tuple]:
-        out = []
-        buffer = self._buffer
+        if self._partial:
+            data = self._partial + data
+            self._partial = b""
+        frames = []
+        view = memoryview(data)
         start = 0
-        end = len(buffer)
+        end = len(data)
         while end - start >= 4:
-            (length,) = _HEADER.unpack_from(buffer, start)
-            if end - start - 4 < length:
+            (length,) = _HEADER.unpack_from(data, start)
+            stop = start + 4 + length
+            if stop > end:
                 break
-            out.append(pickle.loads(bytes(buffer[start + 4 : start + 4 + length])))
-            start += 4 + length
-        if start:
-            del buffer[:start]
-        return out
+            frames.append(pickle.loads(view[start + 4 : stop]))
+            start = stop
+        if start < end:
+            self._partial = bytes(view[start:])
+        return frames
 
     def take_fd(self) -> int:
         if not self.fds:
@@ -271,13 +272,15 @@ class FrameReader:
             os.close(self.fds.popleft())
 
 
-def receive(sock: socket.socket, reader: FrameReader) -> bool:
-    """One read from the socket into the reader; False at end of stream."""
-    data, ancillary, _flags, _address = sock.recvmsg(1 << 16, socket.CMSG_SPACE(_MAX_FDS * 4))
+_ANCILLARY_SPACE = socket.CMSG_SPACE(_MAX_FDS * 4)
+
+
+def receive(sock: socket.socket, reader: FrameReader) -> list[tuple] | None:
+    """The frames one read from the socket completes (maybe none); None at end of stream."""
+    data, ancillary, _flags, _address = sock.recvmsg(1 << 16, _ANCILLARY_SPACE)
     if not data:
-        return False
-    reader.feed(data, ancillary)
-    return True
+        return None
+    return reader.feed(data, ancillary)
 
 
 def send(sock: socket.socket, frame: bytes, fd: int = -1) -> None:
