@@ -132,17 +132,20 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
     """Fields Triton fills in on every loaded config, so /config shows the same values."""
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
-    if not config.instance_group:
-        config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_AUTO, count=1)
+    if not config.instance_group:  # the default group takes the model's name; listed ones, "<model>_<index>"
+        config.instance_group.add(name=config.name, kind=mc.ModelInstanceGroup.KIND_AUTO, count=1)
     for index, group in enumerate(config.instance_group):
         if not group.name:
-            group.name = f"{config.name}_{index}" if len(config.instance_group) > 1 else config.name
+            group.name = f"{config.name}_{index}"
         if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
             group.kind = (
                 mc.ModelInstanceGroup.KIND_GPU if backend.gpu_available() else mc.ModelInstanceGroup.KIND_CPU
             )
         if group.count == 0:
             group.count = 1
+    if config.HasField("dynamic_batching") and not config.dynamic_batching.preferred_batch_size:
+        if config.max_batch_size > 0:  # Triton prefers full batches unless told otherwise
+            config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
     optimization = config.optimization
     if not optimization.HasField("input_pinned_memory"):
         optimization.input_pinned_memory.enable = True
