@@ -18,6 +18,7 @@ Settings, from `--backend-config=python,<key>=<value>` (server-wide) and from th
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from nereid.backends.base import InstanceSpec
 from nereid.backends.python.environment import worker_python
 from nereid.backends.python.instance import PythonInstance
-from nereid.backends.python.process import WorkerLaunch, start_worker
+from nereid.backends.python.process import WorkerLaunch, WorkerProcess, start_worker
 from nereid.backends.python.worker import wire
 from nereid.errors import ModelConfigError, Unavailable, Unsupported
 from nereid.model_config import config_from_json, config_to_json
@@ -36,6 +37,7 @@ from nereid.model_config import config_from_json, config_to_json
 log = logging.getLogger("nereid.backends.python")
 
 DEFAULT_BUSY_WAIT_US = 1000
+SPARE_LIFETIME_S = 60.0
 
 
 class PythonBackend:
@@ -43,18 +45,22 @@ class PythonBackend:
     default_model_filename = "model.py"
     requires_io = False  # Triton loads Python models that declare no inputs or outputs
 
+    def __init__(self) -> None:
+        self._spares = _SpareWorkers()
+
     def gpu_available(self) -> bool:
         return False  # KIND_AUTO instances are CPU instances, as in Triton's CPU-only builds
 
     def auto_complete(self, config: mc.ModelConfig, model_file: Path, default_max_batch_size: int) -> None:
-        """Run the model's static `auto_complete_config` in a throwaway worker, as Triton does."""
+        """Run the model's static `auto_complete_config` in a worker of its own, as Triton does. The worker
+        then waits (briefly) for the model's first instance, which saves starting another Python."""
         if not model_file.exists():
             raise Unavailable(f"model file not found: '{model_file}'")
         launch = _launch(config, model_file.parent.parent, {})
         label = f"model '{config.name}' (auto-complete)"
         request = (wire.AUTO_COMPLETE, str(model_file), _dumps(config_to_json(config)))
         worker, reply = start_worker(launch, label, request, _auto_complete_error(config.name), wire.CONFIG)
-        worker.stop(launch.stub_timeout_s)
+        self._spares.park((str(model_file), launch.python), worker, launch.stub_timeout_s)
         config.CopyFrom(config_from_json(_loads(reply[1])))
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
@@ -66,7 +72,44 @@ class PythonBackend:
 
     def create_instance(self, spec: InstanceSpec) -> PythonInstance:
         launch = _launch(spec.config, spec.model_dir, spec.backend_config)
-        return PythonInstance(spec, launch, _dumps(config_to_json(spec.config)))
+        spare = self._spares.take((str(spec.model_file), launch.python))
+        return PythonInstance(spec, launch, _dumps(config_to_json(spec.config)), spare)
+
+
+class _SpareWorkers:
+    """Workers that ran a model's auto-complete, kept for its first instance. One not taken within
+    SPARE_LIFETIME_S (the load failed before instances were made) is stopped."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workers: dict[tuple[str, str], tuple[WorkerProcess, threading.Timer]] = {}
+
+    def park(self, key: tuple[str, str], worker: WorkerProcess, stop_timeout_s: float) -> None:
+        timer = threading.Timer(SPARE_LIFETIME_S, self._expire, (key, worker, stop_timeout_s))
+        timer.daemon = True
+        with self._lock:
+            previous = self._workers.pop(key, None)
+            self._workers[key] = (worker, timer)
+        timer.start()
+        if previous is not None:
+            previous[1].cancel()
+            previous[0].stop(stop_timeout_s)
+
+    def take(self, key: tuple[str, str]) -> WorkerProcess | None:
+        with self._lock:
+            parked = self._workers.pop(key, None)
+        if parked is None:
+            return None
+        parked[1].cancel()
+        return parked[0]
+
+    def _expire(self, key: tuple[str, str], worker: WorkerProcess, stop_timeout_s: float) -> None:
+        with self._lock:
+            parked = self._workers.get(key)
+            if parked is None or parked[0] is not worker:
+                return
+            del self._workers[key]
+        worker.stop(stop_timeout_s)
 
 
 def create_backend() -> PythonBackend:

@@ -68,7 +68,7 @@ def _unpack(archive: Path, cache_dir: Path) -> Path:
     try:
         with tarfile.open(archive) as tar:
             if hasattr(tarfile, "data_filter"):
-                tar.extractall(staging, filter="data")
+                tar.extractall(staging, filter="tar")  # conda-pack archives may hold absolute links
             else:  # Python without extraction filters: refuse members that leave the folder
                 for member in tar.getmembers():
                     if member.name.startswith("/") or ".." in Path(member.name).parts:

@@ -88,7 +88,9 @@ class PythonInstance:
 
     pipeline_depth = wire.PIPELINE_DEPTH
 
-    def __init__(self, spec: InstanceSpec, launch: WorkerLaunch, config_json: str) -> None:
+    def __init__(
+        self, spec: InstanceSpec, launch: WorkerLaunch, config_json: str, spare: WorkerProcess | None = None
+    ) -> None:
         self._name = spec.instance_name
         self._label = f"model '{spec.model_name}' instance '{spec.instance_name}'"
         self._launch = launch
@@ -113,7 +115,7 @@ class PythonInstance:
         self._reason: str | None = None
         self._failed = False  # the worker died and could not be restarted
         self._closed = False
-        self._worker: WorkerProcess | None = self._start()
+        self._worker: WorkerProcess | None = self._start(spare)
 
     # AsyncModelInstance
     def submit(self, requests: Sequence[BackendRequest], done: ExecutionDone) -> None:
@@ -333,8 +335,8 @@ class PythonInstance:
         log.error("%s: %s; killing its worker (pid %d)", self._label, worker.kill_reason, worker.process.pid)
         worker.kill()
 
-    def _start(self) -> WorkerProcess:
-        worker, _ = start_worker(self._launch, self._label, self._init, Unavailable)
+    def _start(self, spare: WorkerProcess | None = None) -> WorkerProcess:
+        worker, _ = start_worker(self._launch, self._label, self._init, Unavailable, spare=spare)
         threading.Thread(
             target=self._watch, args=(worker,), name=f"{self._name}-worker-watch", daemon=True
         ).start()

@@ -165,11 +165,16 @@ def start_worker(
     first: tuple[Any, ...],
     on_error: Callable[[str], Exception],
     expect: str = wire.READY,
+    spare: WorkerProcess | None = None,
 ) -> tuple[WorkerProcess, tuple[Any, ...]]:
-    """Spawn a worker and send its first frame (INIT or AUTO_COMPLETE); returns the worker and the answer.
-    On failure the worker is gone and `on_error` says why."""
+    """Spawn a worker (or take over a spare one) and send it a frame (INIT or AUTO_COMPLETE); returns the
+    worker and its answer. On failure the worker is gone and `on_error` says why."""
     started = time.monotonic()
-    worker = WorkerProcess.spawn(launch, label)
+    if spare is not None and spare.process.poll() is None:
+        worker = spare
+        worker.label = label
+    else:
+        worker = WorkerProcess.spawn(launch, label)
     try:
         reply = worker.request(first, expect)
     except Unavailable as exc:

@@ -24,6 +24,7 @@ from typing import Any
 from . import pb_utils, wire
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_MODULES: dict[str, ModuleType] = {}  # model.py path -> its module, imported in this worker
 
 
 def describe(exc: BaseException) -> str:
@@ -34,7 +35,11 @@ def describe(exc: BaseException) -> str:
 
 
 def load_module(model_file: str) -> ModuleType:
-    """Import model.py with its version folder on sys.path (at the end, as Triton puts it)."""
+    """Import model.py with its version folder on sys.path (at the end, as Triton puts it). Once per
+    process: a worker that ran auto-complete and then serves the model imports it once, like a fresh one."""
+    loaded = _MODULES.get(model_file)
+    if loaded is not None:
+        return loaded
     version_dir = os.path.dirname(os.path.abspath(model_file))
     if version_dir not in sys.path:
         sys.path.append(version_dir)
@@ -47,6 +52,7 @@ def load_module(model_file: str) -> ModuleType:
     spec.loader.exec_module(module)
     if not hasattr(module, "TritonPythonModel"):
         raise AttributeError(f"'{model_file}' defines no class TritonPythonModel")
+    _MODULES[model_file] = module
     return module
 
 
