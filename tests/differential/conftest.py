@@ -69,11 +69,17 @@ def server_pair(
     grpc: bool = False,
     triton_flags: tuple[str, ...] = (),
     nereid_flags: tuple[str, ...] = (),
+    repository: Path | None = None,
 ) -> Iterator[Servers]:
     """The real Triton on the Python twins and Nereid on their ONNX versions, both with `flags` (and
-    each with its own extra flags); with `grpc`, both serve gRPC too."""
-    twins = base / "twins"
-    shutil.copytree(HERE / "triton_twins", twins)
+    each with its own extra flags); with `grpc`, both serve gRPC too. Given a `repository`, both serve
+    that same folder instead."""
+    if repository is None:
+        twins = base / "twins"
+        shutil.copytree(HERE / "triton_twins", twins)
+        nereid_models = nereid_repository(base / "nereid_repository")
+    else:
+        twins = nereid_models = repository
     port, grpc_port = free_ports(2)
     command, env = triton_command(twins, port, grpc_port if grpc else None)
     log = (base / "triton.log").open("wb")
@@ -84,7 +90,7 @@ def server_pair(
     try:
         wait_ready(f"127.0.0.1:{port}", triton, timeout=120)
         nereid = start_nereid(
-            nereid_repository(base / "nereid_repository"),
+            nereid_models,
             base / "nereid.log",
             *flags,
             *nereid_flags,

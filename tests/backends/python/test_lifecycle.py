@@ -1,0 +1,110 @@
+"""Loading and unloading Python models: workers and shared memory go away, environments are honoured."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nereid.backends.python.environment import worker_python
+from nereid.errors import ModelConfigError
+from tests.backends.python.conftest import copy_models, infer, manager_for, worker_pids
+
+CYCLES = 50
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def test_load_unload_cycles_leave_no_workers_descriptors_or_shared_memory(tmp_path: Path) -> None:
+    repository = copy_models(tmp_path, "add_sub")
+    manager = manager_for(repository, model_control_mode="explicit")
+    a = np.ones((1, 16), np.float32)
+    others = worker_pids()  # of models other tests loaded
+    try:
+
+        def cycle() -> None:
+            manager.load("add_sub")
+            assert len(worker_pids() - others) == 1
+            np.testing.assert_array_equal(
+                infer(manager, "add_sub", {"INPUT0": a, "INPUT1": a})["OUTPUT0"], a + a
+            )
+            manager.unload("add_sub")
+
+        cycle()  # the first cycle imports what later ones reuse
+        fds, shm, threads = _open_fds(), _shm_entries(), threading.active_count()
+        for _ in range(CYCLES - 1):
+            cycle()
+        assert worker_pids() == others
+        assert _open_fds() == fds
+        assert _shm_entries() == shm
+        assert threading.active_count() <= threads
+    finally:
+        manager.stop()
+
+
+def test_stopping_the_server_ends_every_worker(tmp_path: Path) -> None:
+    others = worker_pids()
+    manager = manager_for(copy_models(tmp_path, "add_sub", "introspect"))
+    assert len(worker_pids() - others) == 3  # introspect has two instances
+    manager.stop()
+    assert worker_pids() == others
+
+
+def _environment(root: Path) -> Path:
+    """A small environment with its own interpreter that sees this one's packages (numpy)."""
+    env = root / "env"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", "--copies", str(env)],
+        check=True,
+    )
+    return env
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["folder", "archive"])
+def test_execution_env_path_runs_the_workers_with_that_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, packed: bool
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    repository = copy_models(tmp_path / "models", "introspect")
+    model_dir = repository / "introspect"
+    env = _environment(tmp_path)
+    if packed:
+        with tarfile.open(model_dir / "env.tar.gz", "w:gz") as archive:
+            archive.add(env, arcname=".")
+        shutil.rmtree(env)
+        location = "$$TRITON_MODEL_DIRECTORY/env.tar.gz"
+    else:
+        location = str(env)
+    config = (model_dir / "config.pbtxt").read_text()
+    config += f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{location}" }} }}\n'
+    (model_dir / "config.pbtxt").write_text(config)
+    manager = manager_for(repository)
+    try:
+        outputs = infer(manager, "introspect", {"INPUT0": np.ones((1, 1), np.float32)})
+        executable = Path(json.loads(outputs["INFO"][0][0])["executable"])
+        if packed:
+            assert executable.is_relative_to(tmp_path / "cache" / "nereid" / "python-envs")
+        else:
+            assert executable.parent == env / "bin"
+    finally:
+        manager.stop()
+
+
+def test_execution_env_path_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(ModelConfigError, match="neither a folder nor an archive"):
+        worker_python("$$TRITON_MODEL_DIRECTORY/missing.tar.gz", tmp_path)
+    assert worker_python("", tmp_path) == (sys.executable, None)
