@@ -26,41 +26,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from nereid.backends.base import BackendRequest, BackendResult, ExecutionDone, InstanceSpec, Outputs
+from nereid.backends.base import BackendRequest, ExecutionDone, InstanceSpec
+from nereid.backends.python.messages import decode_result, encode_request
 from nereid.backends.python.process import WorkerLaunch, WorkerProcess, exit_description, start_worker
 from nereid.backends.python.worker import wire
 from nereid.errors import (
-    AlreadyExists,
-    Cancelled,
     InternalError,
-    InvalidArgument,
     NereidError,
-    NotFound,
-    Status,
     Unavailable,
-    Unsupported,
 )
 
 log = logging.getLogger("nereid.backends.python")
 
 
-class _UnknownError(NereidError):
-    status = Status.UNKNOWN
-
-
-# The status a model gives a response error (pb_utils.TritonError codes, by name) -> what clients get.
-_ERRORS: dict[str, type[NereidError]] = {
-    "UNKNOWN": _UnknownError,
-    "INTERNAL": InternalError,
-    "NOT_FOUND": NotFound,
-    "INVALID_ARG": InvalidArgument,
-    "UNAVAILABLE": Unavailable,
-    "UNSUPPORTED": Unsupported,
-    "ALREADY_EXISTS": AlreadyExists,
-    "CANCELLED": Cancelled,
-}
 IS_READY_TIMEOUT_S = 5.0  # as Triton bounds a model's is_ready
 
 
@@ -180,7 +158,7 @@ class PythonInstance:
         seq = worker.executions
         writer = worker.inputs[seq % wire.PIPELINE_DEPTH]
         try:
-            raw = tuple([_describe_request(writer, request) for request in requests])
+            raw = tuple([encode_request(writer, request) for request in requests])
         except NereidError as exc:
             writer.reset()
             done(exc)
@@ -295,7 +273,7 @@ class PythonInstance:
             execution = self._finish(seq)
             if execution is not None:
                 arena = worker.outputs[slot]
-                execution.done([_decode_result(arena, result) for result in results])
+                execution.done([decode_result(arena, result) for result in results])
         elif kind == wire.FAILED:
             _, seq, message = frame
             log.error("%s", message)  # with the model's traceback, as Triton logs it
@@ -412,40 +390,6 @@ class PythonInstance:
             _call_on(loop, done, error)
         for check in self._ready_checks.values():
             _call_on(check.get_loop(), _not_ready, check)
-
-
-def _describe_request(writer: wire.TensorWriter, request: BackendRequest) -> tuple[Any, ...]:
-    inputs = []
-    for name, data in request.inputs.items():
-        datatype = wire.datatype_of(data.dtype)
-        if datatype is None:
-            raise InvalidArgument(
-                f"input '{name}' has numpy dtype {data.dtype}, which Python models cannot take"
-            )
-        inputs.append(writer.add(name, datatype, data))
-    parameters = request.parameters
-    return (
-        request.id,
-        request.correlation_id,
-        request.flags,
-        orjson.dumps(parameters).decode() if parameters else "{}",
-        request.timeout_us,
-        request.outputs,
-        tuple(inputs),
-    )
-
-
-def _decode_result(arena: wire.Arena | None, result: tuple[Any, ...]) -> BackendResult:
-    if not result[0]:
-        _, status, message = result
-        return _ERRORS.get(status, InternalError)(message)
-    outputs: Outputs = {}
-    for name, datatype, shape, offset, nbytes in result[1]:
-        if arena is None:
-            raise InternalError("a Python worker sent outputs before sharing its memory")
-        data = arena.array(datatype, shape, offset, nbytes)
-        outputs[name] = data if datatype == "BYTES" else data.copy()  # out of the arena, which is reused
-    return outputs
 
 
 def _not_ready(check: asyncio.Future[bool]) -> None:

@@ -16,6 +16,9 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from . import wire
+from .auto_complete import ModelConfig
+from .errors import TritonError, TritonModelException, not_yet
+from .metrics import Metric, MetricFamily
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -114,69 +117,6 @@ def serialize_byte_tensor(input_tensor: np.ndarray) -> np.ndarray | None:
 def deserialize_bytes_tensor(encoded_tensor: Any) -> np.ndarray:
     """The inverse of serialize_byte_tensor: a 1-D object array of bytes."""
     return wire.deserialize_bytes(encoded_tensor)
-
-
-# -- errors --------------------------------------------------------------------------------------------
-
-
-class TritonError:
-    """An error to return in an InferenceResponse; `code` picks the status the client gets."""
-
-    UNKNOWN = 0
-    INTERNAL = 1
-    NOT_FOUND = 2
-    INVALID_ARG = 3
-    UNAVAILABLE = 4
-    UNSUPPORTED = 5
-    ALREADY_EXISTS = 6
-    CANCELLED = 7
-
-    def __init__(self, message: str, code: int = INTERNAL) -> None:
-        self._message = message
-        self._code = code
-
-    def message(self) -> str:
-        return self._message
-
-    def code(self) -> int:
-        return self._code
-
-    def __str__(self) -> str:
-        return self._message
-
-    def __repr__(self) -> str:
-        return f"TritonError({self._message!r}, code={self._code})"
-
-
-_STATUS_NAMES = {
-    TritonError.UNKNOWN: "UNKNOWN",
-    TritonError.INTERNAL: "INTERNAL",
-    TritonError.NOT_FOUND: "NOT_FOUND",
-    TritonError.INVALID_ARG: "INVALID_ARG",
-    TritonError.UNAVAILABLE: "UNAVAILABLE",
-    TritonError.UNSUPPORTED: "UNSUPPORTED",
-    TritonError.ALREADY_EXISTS: "ALREADY_EXISTS",
-    TritonError.CANCELLED: "CANCELLED",
-}
-
-
-def status_name(code: Any) -> str:
-    return _STATUS_NAMES.get(int(code), "INTERNAL") if isinstance(code, int) else "INTERNAL"
-
-
-class TritonModelException(Exception):
-    """Raised by this module when model code uses it wrongly (and by BLS calls that fail)."""
-
-    def __init__(self, message: str = "") -> None:
-        super().__init__(message)
-        self._message = message
-
-    def message(self) -> str:
-        return self._message
-
-
-def _not_yet(what: str) -> TritonModelException:
-    return TritonModelException(f"{what} is not supported by Nereid yet")
 
 
 # -- tensors -------------------------------------------------------------------------------------------
@@ -388,17 +328,17 @@ class InferenceRequest:
 
     def set_release_flags(self, flags: int) -> None:
         if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise _not_yet("rescheduling requests (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)")
+            raise not_yet("rescheduling requests (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)")
         self._release_flags = flags
 
     def get_response_sender(self) -> Any:
-        raise _not_yet("sending responses with a response sender (decoupled models)")
+        raise not_yet("sending responses with a response sender (decoupled models)")
 
     def exec(self, decoupled: bool = False) -> Any:
-        raise _not_yet("BLS (InferenceRequest.exec)")
+        raise not_yet("BLS (InferenceRequest.exec)")
 
     async def async_exec(self, decoupled: bool = False) -> Any:
-        raise _not_yet("BLS (InferenceRequest.async_exec)")
+        raise not_yet("BLS (InferenceRequest.async_exec)")
 
 
 class InferenceResponse:
@@ -510,159 +450,55 @@ def _emit(level: int, message: str) -> None:
         print(text, file=sys.stderr)
 
 
-# -- custom metrics: accepted, not exported yet ----------------------------------------------------------
-
-
-class Metric:
-    """One labelled metric of a MetricFamily. Values are kept in the worker; the metrics endpoint that
-    would export them does not exist yet."""
-
-    def __init__(self, family: MetricFamily, labels: dict[str, str], buckets: list[float] | None) -> None:
-        self._family = family
-        self._labels = dict(labels)
-        self._buckets = list(buckets or [])
-        self._value = 0.0
-
-    def increment(self, value: float) -> None:
-        if self._family.kind == MetricFamily.COUNTER and value < 0:
-            raise TritonModelException("a counter cannot be decremented")
-        self._value += value
-
-    def set(self, value: float) -> None:
-        if self._family.kind != MetricFamily.GAUGE:
-            raise TritonModelException("only gauges can be set")
-        self._value = value
-
-    def observe(self, value: float) -> None:
-        if self._family.kind != MetricFamily.HISTOGRAM:
-            raise TritonModelException("only histograms observe values")
-        self._value += value
-
-    def value(self) -> float:
-        return self._value
-
-
-class MetricFamily:
-    COUNTER = 0
-    GAUGE = 1
-    HISTOGRAM = 2
-
-    def __init__(self, name: str, description: str, kind: int = COUNTER) -> None:
-        self.name = name
-        self.description = description
-        self.kind = kind
-
-    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:  # noqa: N802
-        return Metric(self, labels or {}, buckets)
-
-
 # -- model control from Python: comes with BLS -------------------------------------------------------------
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
-    raise _not_yet("loading models from Python (load_model)")
+    raise not_yet("loading models from Python (load_model)")
 
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
-    raise _not_yet("unloading models from Python (unload_model)")
+    raise not_yet("unloading models from Python (unload_model)")
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
-    raise _not_yet("is_model_ready from Python")
+    raise not_yet("is_model_ready from Python")
 
 
-# -- auto-complete ----------------------------------------------------------------------------------------
-
-
-class ModelConfig:
-    """The model configuration handed to `auto_complete_config`: read it with as_dict, add to it with the
-    setters. Conflicts with what config.pbtxt already says raise ValueError and fail the load."""
-
-    def __init__(self, model_config: str | dict[str, Any]) -> None:
-        config = json.loads(model_config) if isinstance(model_config, str) else model_config
-        config.setdefault("input", [])
-        config.setdefault("output", [])
-        config.setdefault("max_batch_size", 0)
-        self._model_config: dict[str, Any] = config
-
-    def _name(self) -> str:
-        return str(self._model_config.get("name", ""))
-
-    def as_dict(self) -> dict[str, Any]:
-        return self._model_config
-
-    def set_max_batch_size(self, max_batch_size: int) -> None:
-        configured = self._model_config["max_batch_size"]
-        if configured > max_batch_size:
-            raise ValueError(
-                f"auto_complete_config of model '{self._name()}' sets max_batch_size {max_batch_size}, below "
-                f"the configured {configured}"
-            )
-        self._model_config["max_batch_size"] = max_batch_size
-
-    def set_dynamic_batching(self) -> None:
-        for scheduler in ("sequence_batching", "ensemble_scheduling"):
-            if scheduler in self._model_config:
-                raise ValueError(
-                    f"auto_complete_config of model '{self._name()}' asks for dynamic_batching, but the "
-                    f"configuration already uses '{scheduler}'"
-                )
-        self._model_config.setdefault("dynamic_batching", {})
-
-    def add_input(self, input: dict[str, Any]) -> None:  # noqa: A002 (Triton's parameter name)
-        self._add_tensor("input", input, ("name", "data_type", "dims", "optional"))
-
-    def add_output(self, output: dict[str, Any]) -> None:
-        self._add_tensor("output", output, ("name", "data_type", "dims"))
-
-    def _add_tensor(self, kind: str, tensor: dict[str, Any], allowed: Sequence[str]) -> None:
-        model = self._name()
-        label = f"{kind} '{tensor.get('name', '?')}' of auto_complete_config in model '{model}'"
-        unknown = [key for key in tensor if key not in allowed]
-        if unknown:
-            raise ValueError(f"{label} has properties {unknown}; only {list(allowed)} are allowed")
-        for key in ("name", "data_type", "dims"):
-            if key not in tensor:
-                raise ValueError(f"{label} lacks the '{key}' property")
-        for existing in self._model_config[kind]:
-            if existing.get("name") != tensor["name"]:
-                continue
-            configured_type = existing.get("data_type", "TYPE_INVALID")
-            if configured_type not in ("TYPE_INVALID", tensor["data_type"]):
-                raise ValueError(
-                    f"model '{model}': the configuration gives {kind} '{tensor['name']}' data type "
-                    f"{configured_type}, auto_complete_config gives {tensor['data_type']}"
-                )
-            if existing.get("dims") and list(existing["dims"]) != list(tensor["dims"]):
-                raise ValueError(
-                    f"model '{model}': the configuration gives {kind} '{tensor['name']}' dims "
-                    f"{list(existing['dims'])}, auto_complete_config gives {list(tensor['dims'])}"
-                )
-            if "optional" in existing and "optional" in tensor and existing["optional"] != tensor["optional"]:
-                raise ValueError(
-                    f"model '{model}': the configuration makes {kind} '{tensor['name']}' optional "
-                    f"{existing['optional']}, auto_complete_config says {tensor['optional']}"
-                )
-            existing["data_type"] = tensor["data_type"]
-            existing["dims"] = tensor["dims"]
-            if "optional" in tensor:
-                existing["optional"] = tensor["optional"]
-            return
-        self._model_config[kind].append(dict(tensor))
-
-    def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
-        unknown = [key for key in transaction_policy_dict if key != "decoupled"]
-        if unknown:
-            raise ValueError(
-                f"auto_complete_config of model '{self._name()}': the transaction policy may only set "
-                f"'decoupled', not {unknown}"
-            )
-        policy = self._model_config.setdefault("model_transaction_policy", {})
-        if "decoupled" in transaction_policy_dict:
-            wanted = transaction_policy_dict["decoupled"]
-            if "decoupled" in policy and policy["decoupled"] != wanted:
-                raise ValueError(
-                    f"auto_complete_config of model '{self._name()}' sets decoupled to {wanted}, but the "
-                    f"configuration says {policy['decoupled']}"
-                )
-            policy["decoupled"] = wanted
+# The public API, as model code knows it from Triton's module.
+__all__ = [
+    "TRITONSERVER_MEMORY_CPU",
+    "TRITONSERVER_MEMORY_CPU_PINNED",
+    "TRITONSERVER_MEMORY_GPU",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+    "TRITON_STRING_TO_NUMPY",
+    "InferenceRequest",
+    "InferenceResponse",
+    "InferenceTrace",
+    "Logger",
+    "Metric",
+    "MetricFamily",
+    "ModelConfig",
+    "PreferredMemory",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "deserialize_bytes_tensor",
+    "get_input_config_by_name",
+    "get_input_tensor_by_name",
+    "get_model_dir",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "is_model_ready",
+    "load_model",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+    "unload_model",
+    "using_decoupled_model_transaction_policy",
+]

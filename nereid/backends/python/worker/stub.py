@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from . import pb_utils, wire
+from .errors import status_name
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MODULES: dict[str, ModuleType] = {}  # model.py path -> its module, imported in this worker
@@ -232,7 +233,7 @@ class Worker:
             for index, response in enumerate(responses):
                 error = response._error
                 if error is not None:
-                    results.append((False, pb_utils.status_name(error.code()), str(error.message())))
+                    results.append((False, status_name(error.code()), str(error.message())))
                     continue
                 names = wanted[index]
                 outputs = tuple(

@@ -1,0 +1,74 @@
+"""Requests into EXECUTE frames and RESULT frames back into outputs and errors, on the server side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from nereid.backends.base import BackendRequest, BackendResult, Outputs
+from nereid.backends.python.worker import wire
+from nereid.errors import (
+    AlreadyExists,
+    Cancelled,
+    InternalError,
+    InvalidArgument,
+    NereidError,
+    NotFound,
+    Status,
+    Unavailable,
+    Unsupported,
+)
+
+
+class _UnknownError(NereidError):
+    status = Status.UNKNOWN
+
+
+# The status a model gives a response error (pb_utils.TritonError codes, by name) -> what clients get.
+ERRORS: dict[str, type[NereidError]] = {
+    "UNKNOWN": _UnknownError,
+    "INTERNAL": InternalError,
+    "NOT_FOUND": NotFound,
+    "INVALID_ARG": InvalidArgument,
+    "UNAVAILABLE": Unavailable,
+    "UNSUPPORTED": Unsupported,
+    "ALREADY_EXISTS": AlreadyExists,
+    "CANCELLED": Cancelled,
+}
+
+
+def encode_request(writer: wire.TensorWriter, request: BackendRequest) -> tuple[Any, ...]:
+    """A request as EXECUTE carries it (see wire.py), its inputs reserved in the writer's arena."""
+    inputs = []
+    for name, data in request.inputs.items():
+        datatype = wire.datatype_of(data.dtype)
+        if datatype is None:
+            raise InvalidArgument(
+                f"input '{name}' has numpy dtype {data.dtype}, which Python models cannot take"
+            )
+        inputs.append(writer.add(name, datatype, data))
+    parameters = request.parameters
+    return (
+        request.id,
+        request.correlation_id,
+        request.flags,
+        orjson.dumps(parameters).decode() if parameters else "{}",
+        request.timeout_us,
+        request.outputs,
+        tuple(inputs),
+    )
+
+
+def decode_result(arena: wire.Arena | None, result: tuple[Any, ...]) -> BackendResult:
+    """One request's result from a RESULT frame: its outputs, copied out of the worker's arena, or its error."""
+    if not result[0]:
+        _, status, message = result
+        return ERRORS.get(status, InternalError)(message)
+    outputs: Outputs = {}
+    for name, datatype, shape, offset, nbytes in result[1]:
+        if arena is None:
+            raise InternalError("a Python worker sent outputs before sharing its memory")
+        data = arena.array(datatype, shape, offset, nbytes)
+        outputs[name] = data if datatype == "BYTES" else data.copy()  # out of the arena, which is reused
+    return outputs
