@@ -82,6 +82,14 @@ def measure(
     binary: Path, lib: Path, port: int, args: argparse.Namespace, protocol: str = "http"
 ) -> list[dict[str, str]]:
     """Run perf_analyzer on model `simple` at 127.0.0.1:port over `protocol`; one CSV row per concurrency."""
+    target = ["-u", f"127.0.0.1:{port}", "-i", protocol]
+    return measure_model(binary, lib, "simple", target, args.concurrency_range, args)
+
+
+def measure_model(
+    binary: Path, lib: Path, model: str, target: list[str], concurrency_range: str, args: argparse.Namespace
+) -> list[dict[str, str]]:
+    """perf_analyzer on `model` at `target` (its -u/-i flags); one CSV row per concurrency."""
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib), env.get("LD_LIBRARY_PATH")) if p)
     with tempfile.TemporaryDirectory(prefix="nereid-bench-") as tmp:
@@ -90,13 +98,10 @@ def measure(
             [
                 str(binary),
                 "-m",
-                "simple",
-                "-u",
-                f"127.0.0.1:{port}",
-                "-i",
-                protocol,
+                model,
+                *target,
                 "--concurrency-range",
-                args.concurrency_range,
+                concurrency_range,
                 "--measurement-interval",
                 str(args.interval_ms),
                 "--max-trials",

@@ -39,7 +39,9 @@ class InstanceSpec:
     backend_config: Mapping[str, str] = field(default_factory=dict)  # --backend-config for this backend
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built per request, and a frozen dataclass's __init__ costs several times as much.
+# Nothing changes it after the engine builds it.
+@dataclass(slots=True)
 class BackendRequest:
     """One inference request as a backend sees it: inputs in the backend's shapes, and what it asked for."""
 

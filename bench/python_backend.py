@@ -1,0 +1,148 @@
+"""The Python backend, Nereid against the real Triton: one model.py served by both, driven by perf_analyzer.
+
+Both servers load the same repository, `add_sub` from examples/python_model_repository (FP32 [16],
+max_batch_size 64, one CPU instance), and perf_analyzer measures each at the same concurrencies, one
+server at a time; the servers alternate for --rounds rounds. Prints infer/s per round, then the median
+infer/s and latencies per server and the ratio nereid/triton of the medians, per concurrency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from _common import ROOT, free_port, start, start_nereid, stop, wait_ready
+from perf_analyzer import install_perf_analyzer, measure_model
+
+sys.path.insert(0, str(ROOT))
+from tests.differential.real_triton import triton_command  # noqa: E402
+
+MODEL = "add_sub"
+SOURCE = ROOT / "examples" / "python_model_repository" / MODEL
+
+# protocol -> how perf_analyzer reaches a server started with that protocol's port
+PROTOCOLS: dict[str, Callable[[int], list[str]]] = {
+    "http": lambda port: ["-u", f"127.0.0.1:{port}"],
+}
+
+
+def start_triton(port: int, repository: Path) -> subprocess.Popen[bytes]:
+    command, env = triton_command(repository, port)
+    return start(command, "triton", env)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--concurrency", default="1,4,16", help="comma-separated concurrencies")
+    parser.add_argument("--interval-ms", type=int, default=3000, help="perf_analyzer measurement window")
+    parser.add_argument("--max-trials", type=int, default=5, help="windows tried per concurrency")
+    parser.add_argument(
+        "--stability", type=int, default=100, help="perf_analyzer stability percent (high: 2 noisy cores)"
+    )
+    parser.add_argument("--protocol", action="append", choices=sorted(PROTOCOLS), help="default: all")
+    parser.add_argument("--nereid-only", action="store_true", help="skip the real Triton")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of both servers, alternating")
+    args = parser.parse_args()
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    protocols = args.protocol or sorted(PROTOCOLS)
+
+    binary, lib = install_perf_analyzer()
+    servers: dict[str, Callable[[int, Path], subprocess.Popen[bytes]]] = {"nereid": start_nereid}
+    if not args.nereid_only:
+        servers["triton"] = start_triton
+    # (server, protocol, concurrency) -> perf_analyzer's CSV row, one per round
+    results: dict[tuple[str, str, int], list[dict[str, str]]] = {}
+    with tempfile.TemporaryDirectory(prefix="nereid-bench-python-") as tmp:
+        repository = Path(tmp) / "repository"
+        shutil.copytree(SOURCE, repository / MODEL)
+        for round_ in range(args.rounds):
+            for server, starter in servers.items():
+                try:
+                    measure_server(
+                        server, starter, repository, protocols, concurrencies, binary, lib, args, results
+                    )
+                except (RuntimeError, subprocess.CalledProcessError) as exc:
+                    print(f"FAILED on {server}: {exc}", file=sys.stderr)
+                    return 1
+            line = "  ".join(
+                f"{server} c{c}={float(results[(server, p, c)][-1]['Inferences/Second']):.0f}"
+                for p in protocols
+                for c in concurrencies
+                for server in servers
+            )
+            print(f"round {round_ + 1}: {line}", flush=True)
+    report(servers, protocols, concurrencies, results)
+    return 0
+
+
+def measure_server(
+    server: str,
+    starter: Callable[[int, Path], subprocess.Popen[bytes]],
+    repository: Path,
+    protocols: list[str],
+    concurrencies: list[int],
+    binary: Path,
+    lib: Path,
+    args: argparse.Namespace,
+    results: dict[tuple[str, str, int], list[dict[str, str]]],
+) -> None:
+    process = None
+    try:
+        port = free_port()
+        process = starter(port, repository)
+        wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", process, timeout=120)
+        for protocol in protocols:
+            for concurrency in concurrencies:
+                (row,) = measure_model(
+                    binary, lib, MODEL, PROTOCOLS[protocol](port), f"{concurrency}:{concurrency}:1", args
+                )
+                results.setdefault((server, protocol, concurrency), []).append(row)
+    finally:
+        stop(process)
+
+
+def _median_row(rows: list[dict[str, str]]) -> dict[str, str]:
+    """The round with the median throughput (its latencies come with it)."""
+    ordered = sorted(rows, key=lambda r: float(r["Inferences/Second"]))
+    return ordered[len(ordered) // 2]
+
+
+def report(
+    servers: dict[str, object],
+    protocols: list[str],
+    concurrencies: list[int],
+    results: dict[tuple[str, str, int], list[dict[str, str]]],
+) -> None:
+    print(
+        f"model {MODEL} (Python backend, FP32 [16], max_batch_size 64), batch 1, perf_analyzer, median round:"
+    )
+    header = f"  {'protocol':<8} {'conc':>4}"
+    for server in servers:
+        header += f" {server + ' inf/s':>14} {'p50 ms':>7} {'p99 ms':>7}"
+    if "triton" in servers:
+        header += f" {'nereid/triton':>14}"
+    print(header)
+    for protocol in protocols:
+        for concurrency in concurrencies:
+            line = f"  {protocol:<8} {concurrency:>4}"
+            medians = {server: _median_row(results[(server, protocol, concurrency)]) for server in servers}
+            for row in medians.values():
+                line += (
+                    f" {float(row['Inferences/Second']):>14.1f} {int(row['p50 latency']) / 1000:>7.3f}"
+                    f" {int(row['p99 latency']) / 1000:>7.3f}"
+                )
+            if "triton" in servers:
+                ratio = float(medians["nereid"]["Inferences/Second"]) / float(
+                    medians["triton"]["Inferences/Second"]
+                )
+                line += f" {ratio:>14.2f}"
+            print(line)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
