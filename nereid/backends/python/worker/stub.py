@@ -6,10 +6,8 @@ sys.path, `execute(requests)` returning one InferenceResponse per request.
 
 from __future__ import annotations
 
-import asyncio
 import faulthandler
 import importlib.util
-import inspect
 import json
 import os
 import signal
@@ -67,7 +65,7 @@ class Worker:
         self._instance_name = ""
         self._inputs: list[wire.Arena | None] = [None] * wire.PIPELINE_DEPTH  # the server's arenas
         self._outputs: list[wire.TensorWriter] = []  # ours, one per pipeline slot
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: Any = None  # an asyncio loop, made when model code first returns an awaitable
         self._busy_wait_s = 0.0
 
     # transport
@@ -89,23 +87,19 @@ class Worker:
     def _poll(self) -> None:
         """Look for the next frame for a while before sleeping on the socket: waking a sleeping process
         costs the server more than the frame itself, when requests follow each other closely."""
-        sock = self._sock
-        sock.setblocking(False)
         deadline = time.perf_counter() + self._busy_wait_s
-        try:
-            while time.perf_counter() < deadline:
-                try:
-                    frames = wire.receive(sock, self._reader)
-                except BlockingIOError:
-                    os.sched_yield()  # let whatever else wants this CPU have it
-                    continue
-                if frames is None:
-                    return  # end of stream: the blocking read sees it too
-                if frames:
-                    self._frames = frames
-                    return
-        finally:
-            sock.setblocking(True)
+        while time.perf_counter() < deadline:
+            try:
+                # Non-blocking for this read only: model threads may be sending logs on the socket.
+                frames = wire.receive(self._sock, self._reader, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                os.sched_yield()  # let whatever else wants this CPU have it
+                continue
+            if frames is None:
+                return  # end of stream: the blocking read sees it too
+            if frames:
+                self._frames = frames
+                return
 
     def _log(self, level: int, message: str) -> None:
         self.send((wire.LOG, level, message))  # the server's log level decides what shows
@@ -127,13 +121,19 @@ class Worker:
                 self._is_ready(frame[1])
             elif kind == wire.FINALIZE:
                 self._finalize()
-                return 0
+                # Nothing is left to clean up (the kernel frees the shared memory), and tearing the
+                # interpreter down would make unloading wait for it.
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
 
     def _run(self, value: Any) -> Any:
         """The value, awaited first when model code returned an awaitable (async def methods)."""
-        if type(value) is list or not inspect.isawaitable(value):
+        if type(value) is list or not hasattr(value, "__await__"):
             return value
         if self._loop is None:
+            import asyncio  # only for async models: importing it costs a worker's start a tenth
+
             self._loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self._loop)
         return self._loop.run_until_complete(value)

@@ -275,9 +275,9 @@ class FrameReader:
 _ANCILLARY_SPACE = socket.CMSG_SPACE(_MAX_FDS * 4)
 
 
-def receive(sock: socket.socket, reader: FrameReader) -> list[tuple] | None:
+def receive(sock: socket.socket, reader: FrameReader, flags: int = 0) -> list[tuple] | None:
     """The frames one read from the socket completes (maybe none); None at end of stream."""
-    data, ancillary, _flags, _address = sock.recvmsg(1 << 16, _ANCILLARY_SPACE)
+    data, ancillary, _flags, _address = sock.recvmsg(1 << 16, _ANCILLARY_SPACE, flags)
     if not data:
         return None
     return reader.feed(data, ancillary)
