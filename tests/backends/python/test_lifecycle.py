@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,12 +58,33 @@ def test_load_unload_cycles_leave_no_workers_descriptors_or_shared_memory(tmp_pa
         manager.stop()
 
 
-def test_stopping_the_server_ends_every_worker(tmp_path: Path) -> None:
+def test_stopping_the_server_finalizes_and_ends_every_worker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     others = worker_pids()
-    manager = manager_for(copy_models(tmp_path, "add_sub", "introspect"))
+    with caplog.at_level(logging.INFO, logger="nereid.backends.python"):
+        manager = manager_for(copy_models(tmp_path, "add_sub", "introspect"))
     assert len(worker_pids() - others) == 3  # introspect has two instances
+    # pb_utils.Logger lines reach the server's log with the model file and line
+    assert re.search(r"model\.py:\d+\] initialized introspect_0_0", caplog.text), caplog.text
     manager.stop()
     assert worker_pids() == others
+    finalized = sorted(p.name for p in (tmp_path / "introspect").glob("finalized_*"))
+    assert finalized == ["finalized_introspect_0_0", "finalized_introspect_0_1"]
+
+
+def test_decoupled_models_do_not_load_yet(tmp_path: Path) -> None:
+    repository = copy_models(tmp_path, "add_sub")
+    config = repository / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text() + "model_transaction_policy { decoupled: true }\n")
+    manager = manager_for(repository)
+    try:
+        (row,) = manager.index()
+        assert (
+            row["state"] == "UNAVAILABLE" and "decoupled" in row["reason"] and "not support" in row["reason"]
+        )
+    finally:
+        manager.stop()
 
 
 def _environment(root: Path) -> Path:

@@ -15,6 +15,11 @@ class TritonPythonModel:
         self.config = json.loads(args["model_config"])
         pb_utils.Logger.log_info(f"initialized {args['model_instance_name']}")
 
+    def finalize(self):
+        name = self.args["model_instance_name"]
+        with open(os.path.join(self.args["model_repository"], f"finalized_{name}"), "w") as marker:
+            marker.write(name)
+
     def execute(self, requests):
         start = time.monotonic()
         responses = []
