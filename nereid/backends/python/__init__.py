@@ -10,9 +10,9 @@ Settings, from `--backend-config=python,<key>=<value>` (server-wide) and from th
 - `shm-default-byte-size` (Triton's name): the initial size of each shared-memory arena; they grow on
   demand.
 - `busy-wait-microseconds`: how long a worker that finished an execution polls for the next request
-  before it sleeps, and how long the event loop keeps turning while it waits for a lone execution.
-  Waking a sleeping process costs tens of microseconds, more than a small model takes; polling trades
-  that for CPU time. Default 1000; 0 turns polling off.
+  before it sleeps; the event loop keeps turning for as long (250 at most) while it waits for a lone
+  execution. Waking a sleeping process costs tens of microseconds, more than a small model takes;
+  polling trades that for CPU time. Default 500; 0 turns polling off.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from nereid.model_config import config_from_json, config_to_json
 
 log = logging.getLogger("nereid.backends.python")
 
-DEFAULT_BUSY_WAIT_US = 1000
+DEFAULT_BUSY_WAIT_US = 500
 SPARE_LIFETIME_S = 60.0
 
 

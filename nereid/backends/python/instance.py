@@ -40,6 +40,7 @@ log = logging.getLogger("nereid.backends.python")
 
 
 IS_READY_TIMEOUT_S = 5.0  # as Triton bounds a model's is_ready
+LOOP_BUSY_WAIT_LIMIT_US = 250
 
 
 @dataclass(slots=True)
@@ -82,7 +83,9 @@ class PythonInstance:
             "model_name": spec.model_name,
         }
         self._init = (wire.INIT, str(spec.model_file), args, launch.arena_size, launch.busy_wait_us)
-        self._busy_wait_s = launch.busy_wait_us / 1e6
+        # The loop waits for a lone execution less long than a worker for its next request: an execution of
+        # a small model is quick, and a loop turning in vain takes CPU from the rest of the server.
+        self._busy_wait_s = min(launch.busy_wait_us, LOOP_BUSY_WAIT_LIMIT_US) / 1e6
         # Taken by whatever changes the state below; on the event loop it is never contended for long.
         self._lock = threading.RLock()
         self._checks = itertools.count(1)
