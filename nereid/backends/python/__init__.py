@@ -37,7 +37,8 @@ from nereid.model_config import config_from_json, config_to_json
 log = logging.getLogger("nereid.backends.python")
 
 DEFAULT_BUSY_WAIT_US = 500
-SPARE_LIFETIME_S = 60.0
+SPARE_LIFETIME_S = 10.0
+STOP_TIMEOUT_S = 5.0  # for a spare worker, which runs no model code at finalize
 
 
 class PythonBackend:
@@ -65,6 +66,7 @@ class PythonBackend:
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
         if config.model_transaction_policy.decoupled:
+            self._spares.discard(str(model_file))  # no instance will take it
             raise Unsupported(
                 f"model '{config.name}' is decoupled (model_transaction_policy), which Nereid's Python backend "
                 "does not support yet"
@@ -94,6 +96,14 @@ class _SpareWorkers:
         if previous is not None:
             previous[1].cancel()
             previous[0].stop(stop_timeout_s)
+
+    def discard(self, model_file: str) -> None:
+        with self._lock:
+            keys = [key for key in self._workers if key[0] == model_file]
+            parked = [self._workers.pop(key) for key in keys]
+        for worker, timer in parked:
+            timer.cancel()
+            worker.stop(STOP_TIMEOUT_S)
 
     def take(self, key: tuple[str, str]) -> WorkerProcess | None:
         with self._lock:

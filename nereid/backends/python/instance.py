@@ -19,6 +19,7 @@ import collections
 import contextlib
 import itertools
 import logging
+import os
 import socket
 import threading
 import time
@@ -184,6 +185,7 @@ class PythonInstance:
 
     def _keep_awake(self, execution: _Execution) -> None:
         if self._inflight and self._inflight[0] is execution and time.perf_counter() < execution.awake_until:
+            os.sched_yield()  # a process that wants this CPU (the worker, say) has it first
             execution.loop.call_soon(self._keep_awake, execution)
 
     def _start_timer(self, execution: _Execution) -> None:

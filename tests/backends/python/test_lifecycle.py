@@ -27,11 +27,11 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _shm_entries() -> set[str]:
-    # The reference Triton (differential tests, benchmarks) may start or stop beside this test and
-    # creates regions of its own; they are not ours to count.
-    names = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
-    return {name for name in names if not name.startswith("triton_python_backend_shm_region_")}
+def _shared_memory_mappings() -> list[str]:
+    """This process's mappings of shared memory: POSIX (/dev/shm) or anonymous (memfd). (The machine's
+    /dev/shm may change meanwhile under other programs; what this process maps is ours alone.)"""
+    with open("/proc/self/maps") as maps:
+        return sorted(line.split()[-1] for line in maps if "/dev/shm/" in line or "/memfd:" in line)
 
 
 def test_load_unload_cycles_leave_no_workers_descriptors_or_shared_memory(tmp_path: Path) -> None:
@@ -50,12 +50,12 @@ def test_load_unload_cycles_leave_no_workers_descriptors_or_shared_memory(tmp_pa
             manager.unload("add_sub")
 
         cycle()  # the first cycle imports what later ones reuse
-        fds, shm, threads = _open_fds(), _shm_entries(), threading.active_count()
+        fds, shm, threads = _open_fds(), _shared_memory_mappings(), threading.active_count()
         for _ in range(CYCLES - 1):
             cycle()
         assert worker_pids() == others
         assert _open_fds() == fds
-        assert _shm_entries() == shm
+        assert _shared_memory_mappings() == shm
         assert threading.active_count() <= threads
     finally:
         manager.stop()
@@ -77,6 +77,7 @@ def test_stopping_the_server_finalizes_and_ends_every_worker(
 
 
 def test_decoupled_models_do_not_load_yet(tmp_path: Path) -> None:
+    others = worker_pids()
     repository = copy_models(tmp_path, "add_sub")
     config = repository / "add_sub" / "config.pbtxt"
     config.write_text(config.read_text() + "model_transaction_policy { decoupled: true }\n")
@@ -86,6 +87,7 @@ def test_decoupled_models_do_not_load_yet(tmp_path: Path) -> None:
         assert (
             row["state"] == "UNAVAILABLE" and "decoupled" in row["reason"] and "not support" in row["reason"]
         )
+        assert worker_pids() == others  # the worker that ran auto-complete is gone too
     finally:
         manager.stop()
 
