@@ -239,3 +239,20 @@ def test_handler_bug_is_answered_500() -> None:
             writer.close()
 
     asyncio.run(scenario())
+
+
+def test_idle_connections_are_closed_after_the_keep_alive_timeout() -> None:
+    async def scenario() -> None:
+        server = HttpServer(_echo, error_response, 1024, keep_alive_timeout_s=0.2)
+        await server.start("127.0.0.1", 0)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(_post("/once", b""))
+            assert (await _read_response(reader))[0] == 200
+            # left idle, the connection is closed by the server (well before this 10 s bound)
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+            writer.close()
+        finally:
+            await server.stop(1.0)
+
+    asyncio.run(scenario())

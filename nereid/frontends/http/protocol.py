@@ -96,7 +96,14 @@ class _Continuation:
 class HttpServer:
     """Listens on one address and serves every connection with `handler`."""
 
-    def __init__(self, handler: Handler, error_response: ErrorResponse, max_body_size: int) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        error_response: ErrorResponse,
+        max_body_size: int,
+        keep_alive_timeout_s: float = KEEP_ALIVE_TIMEOUT_S,
+    ) -> None:
+        self._keep_alive_timeout_s = keep_alive_timeout_s
         self._handler = handler
         self._error_response = error_response
         self._max_body_size = max_body_size
@@ -135,8 +142,8 @@ class HttpServer:
 
     async def _close_idle_connections(self) -> None:
         while True:
-            await asyncio.sleep(KEEP_ALIVE_TIMEOUT_S / 4)
-            cutoff = time.monotonic() - KEEP_ALIVE_TIMEOUT_S
+            await asyncio.sleep(self._keep_alive_timeout_s / 4)
+            cutoff = time.monotonic() - self._keep_alive_timeout_s
             for connection in list(self._connections):
                 if not connection.busy and connection.last_active < cutoff:
                     connection.close_when_idle()
