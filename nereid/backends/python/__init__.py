@@ -12,7 +12,9 @@ Settings, from `--backend-config=python,<key>=<value>` (server-wide) and from th
 - `busy-wait-microseconds`: how long a worker that finished an execution polls for the next request
   before it sleeps; the event loop keeps turning for as long (250 at most) while it waits for a lone
   execution. Waking a sleeping process costs tens of microseconds, more than a small model takes;
-  polling trades that for CPU time. Default 500; 0 turns polling off.
+  polling trades that for CPU time. Each side polls only while the waits it has seen lately were
+  short enough for polling to pay (under twice the window), so sparse traffic and slow models cost
+  no polling. Default 500; 0 turns polling off.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ log = logging.getLogger("nereid.backends.python")
 
 IS_READY_TIMEOUT_S = 5.0  # as Triton bounds a model's is_ready
 LOOP_BUSY_WAIT_LIMIT_US = 250
+_SMOOTHING = 0.2
 
 
 @dataclass(slots=True)
@@ -51,6 +52,7 @@ class _Execution:
     loop: asyncio.AbstractEventLoop
     worker: WorkerProcess
     timer: asyncio.TimerHandle | None = None
+    sent: float = 0.0
     awake_until: float = 0.0
 
 
@@ -87,6 +89,7 @@ class PythonInstance:
         # The loop waits for a lone execution less long than a worker for its next request: an execution of
         # a small model is quick, and a loop turning in vain takes CPU from the rest of the server.
         self._busy_wait_s = min(launch.busy_wait_us, LOOP_BUSY_WAIT_LIMIT_US) / 1e6
+        self._round_trip_s = 0.0  # smoothed time from sending an execution to its answer
         # Taken by whatever changes the state below; on the event loop it is never contended for long.
         self._lock = threading.RLock()
         self._checks = itertools.count(1)
@@ -177,10 +180,12 @@ class PythonInstance:
         self._write(
             worker, wire.encode((wire.EXECUTE, seq, new_size, raw)), writer.arena.fd if new_size else -1
         )
-        if alone and self._busy_wait_s > 0:
+        execution.sent = time.perf_counter()
+        if alone and self._round_trip_s < 2 * self._busy_wait_s:
             # Keep the loop turning (it still serves everything else) so that it is awake when the answer
-            # comes: waking a sleeping loop costs more than a short execution.
-            execution.awake_until = time.perf_counter() + self._busy_wait_s
+            # comes: waking a sleeping loop costs more than a short execution. Only for models whose
+            # answers have been coming soon enough for it to pay.
+            execution.awake_until = execution.sent + self._busy_wait_s
             loop.call_soon(self._keep_awake, execution)
 
     def _keep_awake(self, execution: _Execution) -> None:
@@ -301,6 +306,8 @@ class PythonInstance:
         if not inflight or inflight[0].seq != seq:
             return None
         execution = inflight.popleft()
+        if not inflight:  # the last one in flight ran alone, or after one that is done
+            self._round_trip_s += _SMOOTHING * (time.perf_counter() - execution.sent - self._round_trip_s)
         if execution.timer is not None:
             execution.timer.cancel()
             if inflight:

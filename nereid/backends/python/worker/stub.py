@@ -23,6 +23,7 @@ from . import pb_utils, wire
 from .errors import status_name
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_SMOOTHING = 0.2
 _MODULES: dict[str, ModuleType] = {}  # model.py path -> its module, imported in this worker
 
 
@@ -67,6 +68,7 @@ class Worker:
         self._outputs: list[wire.TensorWriter] = []  # ours, one per pipeline slot
         self._loop: Any = None  # an asyncio loop, made when model code first returns an awaitable
         self._busy_wait_s = 0.0
+        self._gap_s = 0.0  # smoothed wait between the end of one frame's work and the next frame
 
     # transport
     def send(self, message: tuple, fd: int = -1) -> None:
@@ -75,19 +77,24 @@ class Worker:
             wire.send(self._sock, frame, fd)
 
     def _next(self) -> tuple | None:
-        if not self._frames and self._busy_wait_s > 0:
-            self._poll()
-        while not self._frames:
-            frames = wire.receive(self._sock, self._reader)
-            if frames is None:
-                return None
-            self._frames = frames
+        if not self._frames:
+            waited = time.perf_counter()
+            # Poll only while requests have been coming soon enough for it to pay: with sparse traffic,
+            # or a machine too busy to answer in time, the worker sleeps at once.
+            if self._gap_s < 2 * self._busy_wait_s:
+                self._poll(self._busy_wait_s)
+            while not self._frames:
+                frames = wire.receive(self._sock, self._reader)
+                if frames is None:
+                    return None
+                self._frames = frames
+            self._gap_s += _SMOOTHING * (time.perf_counter() - waited - self._gap_s)
         return self._frames.pop(0)
 
-    def _poll(self) -> None:
+    def _poll(self, seconds: float) -> None:
         """Look for the next frame for a while before sleeping on the socket: waking a sleeping process
         costs the server more than the frame itself, when requests follow each other closely."""
-        deadline = time.perf_counter() + self._busy_wait_s
+        deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
             try:
                 # Non-blocking for this read only: model threads may be sending logs on the socket.
