@@ -90,30 +90,6 @@ class ModelStatistics:
             batch.compute_output.count += 1
             batch.compute_output.ns += output_ns
 
-    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """One model execution over a batch of `batch_size` elements."""
-        with self._lock:
-            self.execution_count += 1
-            self.inference_count += batch_size
-            batch = self._batches.get(batch_size)
-            if batch is None:
-                batch = self._batches[batch_size] = _BatchStats()
-            batch.compute_input.add(input_ns)
-            batch.compute_infer.add(infer_ns)
-            batch.compute_output.add(output_ns)
-
-    def record_success(
-        self, request_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int
-    ) -> None:
-        """One request answered; its share of the execution's compute times."""
-        with self._lock:
-            self.last_inference_ms = time.time_ns() // 1_000_000
-            self.success.add(request_ns)
-            self.queue.add(queue_ns)
-            self.compute_input.add(input_ns)
-            self.compute_infer.add(infer_ns)
-            self.compute_output.add(output_ns)
-
     def record_failure(self, request_ns: int, reason: str) -> None:
         with self._lock:
             self.last_inference_ms = time.time_ns() // 1_000_000
