@@ -16,7 +16,7 @@ from nereid.errors import ModelConfigError, NereidError, Unavailable
 from nereid.model_config import ConfigSource, config_from_json, config_to_json, read_config, validate_config
 from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, tree_fingerprint, version_folders
-from nereid.scheduling import DefaultScheduler
+from nereid.scheduling import create_scheduler
 from nereid.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,7 @@ def _load_version(
         metadata=model_metadata(config, [version]),
         inputs=tensor_specs(config.input),
         outputs=tensor_specs(config.output, labels),
-        scheduler=DefaultScheduler(f"'{source.name}' version {version}", instances),
+        scheduler=create_scheduler(f"'{source.name}' version {version}", config, instances),
         output_names=tuple(o.name for o in config.output),
         required_inputs=tuple(i.name for i in config.input if not i.optional),
         fingerprint=fingerprint,

@@ -11,7 +11,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.datatypes import config_to_wire, numpy_dtype
-from nereid.scheduling import DefaultScheduler
+from nereid.scheduling import Scheduler
 from nereid.statistics import ModelStatistics
 from nereid.types import RequestedOutput
 
@@ -38,7 +38,7 @@ class ModelVersion:
     metadata: dict[str, Any]
     inputs: dict[str, TensorSpec]
     outputs: dict[str, TensorSpec]
-    scheduler: DefaultScheduler
+    scheduler: Scheduler
     output_names: tuple[str, ...] = field(default=())
     required_inputs: tuple[str, ...] = field(default=())
     fingerprint: str = ""  # of its version folder and label files: unchanged means it can keep serving
