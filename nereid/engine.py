@@ -13,7 +13,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from nereid import TRITON_PROTOCOL_VERSION
 from nereid.classification import classify
 from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
-from nereid.errors import Unavailable
+from nereid.errors import QueueFull, QueueTimeout, Unavailable
 from nereid.repository import ModelManager, ModelVersion
 from nereid.request_checks import (
     backend_inputs,
@@ -108,15 +108,18 @@ class Engine:
                 outputs = [_output_tensor(model, o, results[o.name]) for o in wanted if o.name in results]
                 if in_regions:
                     self._write_shared_memory_outputs(outputs, in_regions)
+            except QueueFull:
+                raise  # refused before it was queued: Triton counts it nowhere
             except BaseException as exc:
-                reason = "CANCELED" if isinstance(exc, asyncio.CancelledError) else "BACKEND"
-                model.statistics.record_failure(time.perf_counter_ns() - start, reason)
+                model.statistics.record_failure(time.perf_counter_ns() - start, _failure_reason(exc))
                 raise
             end = time.perf_counter_ns()
-            # The default scheduler runs each request as an execution of its own.
-            model.statistics.record_request(
-                inputs_batch_size(model, request), end - start, timing, queued - start, end - executed
-            )
+            if timing.batched:  # the batcher recorded the execution it shared with other requests
+                model.statistics.record_batched_request(end - start, timing, queued - start, end - executed)
+            else:  # an execution of its own
+                model.statistics.record_request(
+                    inputs_batch_size(model, request), end - start, timing, queued - start, end - executed
+                )
         finally:
             model.request_done()
         return InferResponse(model.name, model.version_text, outputs, request.id)
@@ -170,6 +173,12 @@ class Engine:
         self._live = False
         self.models.stop()
         self.shared_memory.close()
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.CancelledError):
+        return "CANCELED"
+    return "REJECTED" if isinstance(exc, QueueTimeout) else "BACKEND"
 
 
 def _output_regions(wanted: Sequence[RequestedOutput]) -> dict[str, SharedMemoryRef]:

@@ -42,6 +42,14 @@ class Unavailable(NereidError):
     status = Status.UNAVAILABLE
 
 
+class QueueFull(Unavailable):
+    """Refused at the door of a full queue; as in Triton, it counts in no statistic."""
+
+
+class QueueTimeout(Unavailable):
+    """Left the queue once its timeout passed; a REJECTED failure in the statistics."""
+
+
 class Unsupported(NereidError):
     status = Status.UNSUPPORTED
 

@@ -161,6 +161,7 @@ def backend_request(
     )
     correlation_id = parameters.get("sequence_id", 0)
     timeout = parameters.get("timeout", 0)
+    priority = parameters.get("priority", 0)
     return BackendRequest(
         inputs,
         outputs,
@@ -169,4 +170,5 @@ def backend_request(
         correlation_id if isinstance(correlation_id, (int, str)) else 0,
         flags,
         timeout if isinstance(timeout, int) else 0,
+        priority if isinstance(priority, int) else 0,
     )

@@ -18,6 +18,7 @@ from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, tree_fingerprint, version_folders
 from nereid.scheduling import create_scheduler
 from nereid.settings import ServerSettings
+from nereid.statistics import ModelStatistics
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,7 @@ def _load_version(
         for instance in instances:
             instance.close()
         raise
+    statistics = ModelStatistics()
     return ModelVersion(
         name=source.name,
         version=version,
@@ -222,7 +224,8 @@ def _load_version(
         metadata=model_metadata(config, [version]),
         inputs=tensor_specs(config.input),
         outputs=tensor_specs(config.output, labels),
-        scheduler=create_scheduler(f"'{source.name}' version {version}", config, instances),
+        scheduler=create_scheduler(f"'{source.name}' version {version}", config, instances, statistics),
+        statistics=statistics,
         output_names=tuple(o.name for o in config.output),
         required_inputs=tuple(i.name for i in config.input if not i.optional),
         fingerprint=fingerprint,
