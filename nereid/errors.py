@@ -74,6 +74,11 @@ class ModelConfigError(InvalidArgument):
     """config.pbtxt could not be parsed or is not valid; the message names file and field."""
 
 
+def request_prefix(request_id: str) -> str:
+    """How Triton starts the message of an error about one request."""
+    return f"[request id: {request_id or '<id_unknown>'}] "
+
+
 def unexpected(exc: Exception) -> InternalError:
     """What a client is told about an exception nobody expected (the server logs its traceback)."""
     return InternalError(f"internal error: {type(exc).__name__}: {exc}")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest
-from nereid.errors import InvalidArgument
+from nereid.errors import InvalidArgument, request_prefix
 from nereid.repository.model import ModelVersion
 from nereid.types import InferRequest, InferTensor, RequestedOutput
 
@@ -27,10 +27,6 @@ _BATCH_NOTE = (
 RESERVED_PARAMETERS = frozenset(
     ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
 )
-
-
-def request_prefix(request_id: str) -> str:
-    return f"[request id: {request_id or '<id_unknown>'}] "
 
 
 def _shape_text(shape: Sequence[int]) -> str:

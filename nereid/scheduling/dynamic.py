@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance, Outputs
-from nereid.errors import InternalError, NereidError, QueueFull, QueueTimeout, Unavailable
+from nereid.errors import InternalError, NereidError, QueueFull, QueueTimeout, Unavailable, request_prefix
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
 from nereid.statistics import ModelStatistics, RequestTiming
 
@@ -130,12 +130,10 @@ class DynamicBatcher:
         self._statistics = statistics
         self._clock = clock
         self._instances = list(instances)
-        # Submissions an instance has not finished: a blocking one takes one at a time, a worker process
-        # one running and `pipeline_depth - 1` waiting, so its next batch is at hand when one ends.
+        # Batches an instance has not finished. Each takes one at a time, worker processes included
+        # (whatever their pipeline depth): requests that arrive while a batch runs join the next batch,
+        # as in Triton, instead of leaving in a small one queued behind the running batch.
         self._outstanding = [0] * len(self._instances)
-        self._capacity = [
-            i.pipeline_depth if isinstance(i, AsyncModelInstance) else 1 for i in self._instances
-        ]
         self._queue: list[_Entry] = []
         self._queued_per_level: dict[int, int] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -174,7 +172,7 @@ class DynamicBatcher:
             queue_policy.max_queue_size
             and self._queued_per_level.get(level, 0) >= queue_policy.max_queue_size
         ):
-            raise QueueFull("Exceeds maximum queue size")
+            raise QueueFull(f"{request_prefix(request.id)}Exceeds maximum queue size")
         now = self._clock()
         timeout_us = queue_policy.timeout_us(request.timeout_us)
         pending = Pending(
@@ -242,14 +240,11 @@ class DynamicBatcher:
         return tuple((name, array.shape[1:]) for name, array in request.inputs.items() if name not in ragged)
 
     def _free_instance(self) -> int:
-        """An idle instance, else one with room for another submission, else -1."""
-        chosen = -1
+        """An idle instance, else -1."""
         for index, outstanding in enumerate(self._outstanding):
             if outstanding == 0:
                 return index
-            if chosen < 0 and outstanding < self._capacity[index]:
-                chosen = index
-        return chosen
+        return -1
 
     def _schedule(self) -> None:
         """Dispatch every batch the policy allows now; arm the timer for the next time it may change."""
