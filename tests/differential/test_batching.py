@@ -41,6 +41,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
     base = tmp_path_factory.mktemp("batching")
     repository = base / "repository"
     shutil.copytree(HERE / "batching_models", repository)
+    for name in ("limited", "timed"):  # the same model behind other queue policies
+        (repository / name / "1").mkdir()
+        shutil.copy(repository / "gated" / "1" / "model.py", repository / name / "1")
     triton_port, nereid_port = free_ports(2)
     with server_pair(
         base,
