@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from nereid.latency_summary import LatencySummaries
+
 # Triton's failure reasons, as the `reason` label of nv_inference_request_failure
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
@@ -66,8 +68,10 @@ class _BatchStats:
 class ModelStatistics:
     """What Triton reports for one model version: requests, executions and where their time went."""
 
-    def __init__(self) -> None:
+    def __init__(self, summaries: bool = False) -> None:
         self._lock = threading.Lock()
+        # quantiles of each latency, when --metrics-config summary_latencies=true asks for them
+        self.summaries = LatencySummaries() if summaries else None
         self.last_inference_ms = 0  # wall clock, milliseconds since the epoch
         self.inference_count = 0  # batch elements inferred
         self.execution_count = 0  # model executions (one per batch)
@@ -111,6 +115,8 @@ class ModelStatistics:
             batch.compute_output.count += 1
             batch.compute_output.ns += output_ns
             self.queue_delays[bisect.bisect_left(QUEUE_DELAY_BUCKETS_US, queue_ns / 1000)] += 1
+            if self.summaries is not None:
+                self.summaries.observe(request_ns, queue_ns, input_ns, infer_ns, output_ns)
 
     def record_batched_request(
         self, request_ns: int, timing: RequestTiming, input_ns: int, output_ns: int
@@ -124,6 +130,8 @@ class ModelStatistics:
             self.compute_infer.add(timing.infer_ns)
             self.compute_output.add(output_ns)
             self._count_queue_delay(timing.queue_ns)
+            if self.summaries is not None:
+                self.summaries.observe(request_ns, timing.queue_ns, input_ns, timing.infer_ns, output_ns)
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One execution of a batch of `batch_size` elements, however many requests it held."""
@@ -150,6 +158,8 @@ class ModelStatistics:
             self.last_inference_ms = time.time_ns() // 1_000_000
             self.fail.add(request_ns)
             self.failures[reason] += 1
+            if self.summaries is not None:
+                self.summaries.observe_failure(request_ns)
 
     def to_json(self, name: str, version: str) -> dict[str, Any]:
         """One entry of `model_stats`, keys in Triton's order."""

@@ -215,7 +215,7 @@ def _load_version(
         for instance in instances:
             instance.close()
         raise
-    statistics = ModelStatistics()
+    statistics = ModelStatistics(summaries=settings.metrics_config.summary_latencies)
     return ModelVersion(
         name=source.name,
         version=version,
