@@ -246,12 +246,15 @@ class DynamicBatcher:
                 return index
         return -1
 
-    def _schedule(self) -> None:
-        """Dispatch every batch the policy allows now; arm the timer for the next time it may change."""
+    def _schedule(self, woken: bool = False) -> None:
+        """Dispatch every batch the policy allows now; arm the timer for the next time it may change.
+        `woken`: called by the timer, so timeouts are due even if no instance is free."""
         while self._queue:
             instance = self._free_instance()
-            if instance < 0 and self._timer is not None:
-                return  # nothing can run, and the timer already covers the next deadline
+            if instance < 0 and not woken:
+                # Nothing can run. Every deadline in the queue has a timer armed (at arrival, or by the
+                # last decision), so there is nothing to decide until an instance frees up or it fires.
+                return
             now = self._clock()
             decision = decide([e.pending for e in self._queue], now, self._policy, instance >= 0)
             if decision.reject:
@@ -281,7 +284,7 @@ class DynamicBatcher:
 
     def _wake(self) -> None:
         self._timer = self._timer_at = None
-        self._schedule()
+        self._schedule(woken=True)
 
     def _remove(self, entries: list[_Entry]) -> None:
         gone = set(map(id, entries))
