@@ -129,12 +129,16 @@ def _parse_override(name: str, text: str) -> tuple[mc.ModelConfig, ConfigSource]
     return config, ConfigSource(None, text, label="the 'config' parameter of the load request")
 
 
+# Backends whose CPU instance groups default to two instances, as in Triton.
+_TWO_CPU_INSTANCES = ("onnxruntime", "tensorflow")
+
+
 def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
     """Fields Triton fills in on every loaded config, so /config shows the same values."""
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     if not config.instance_group:  # the default group takes the model's name; listed ones, "<model>_<index>"
-        config.instance_group.add(name=config.name, kind=mc.ModelInstanceGroup.KIND_AUTO, count=1)
+        config.instance_group.add(name=config.name, kind=mc.ModelInstanceGroup.KIND_AUTO)
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
@@ -143,7 +147,9 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
                 mc.ModelInstanceGroup.KIND_GPU if backend.gpu_available() else mc.ModelInstanceGroup.KIND_CPU
             )
         if group.count == 0:
-            group.count = 1
+            # Triton's default: two CPU instances for the backends that run well side by side, else one.
+            cpu = group.kind == mc.ModelInstanceGroup.KIND_CPU
+            group.count = 2 if cpu and backend.name in _TWO_CPU_INSTANCES else 1
     if config.HasField("dynamic_batching") and not config.dynamic_batching.preferred_batch_size:
         if config.max_batch_size > 0:  # Triton prefers full batches unless told otherwise
             config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
