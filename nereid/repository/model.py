@@ -42,6 +42,7 @@ class ModelVersion:
     output_names: tuple[str, ...] = field(default=())
     required_inputs: tuple[str, ...] = field(default=())
     fingerprint: str = ""  # of its version folder and label files: unchanged means it can keep serving
+    ensemble: bool = False  # its responses echo the sequence parameters, as Triton's ensembles do
     # Read on every request, so computed once rather than from the protobuf config each time.
     max_batch_size: int = field(init=False)
     version_text: str = field(init=False)
