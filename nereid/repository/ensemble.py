@@ -205,3 +205,17 @@ def order_for_loading(
             placed.add(name)
             ordered.append(by_name[name])
     return plain, ordered
+
+
+def with_ensemble_members(
+    names: list[str], sources: Mapping[str, ModelSource], settings: ServerSettings
+) -> list[str]:
+    """`names` and, for the ensembles among them, the models their steps call, transitively."""
+    result = list(names)
+    index = 0
+    while index < len(result):
+        source = sources.get(result[index])
+        members = source_ensemble_members(source, settings) if source is not None else None
+        result.extend(sorted(m for m in members or () if m not in result))
+        index += 1
+    return result

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nereid.errors import InvalidArgument, NotFound, Unavailable
-from nereid.repository.ensemble import order_for_loading, source_ensemble_members
+from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members
 from nereid.repository.loader import LoadResult, load_model
 from nereid.repository.model import ModelVersion
 from nereid.repository.scan import ModelSource, discover, tree_fingerprint
@@ -112,6 +112,7 @@ class ModelManager:
             self.load_all()
             return
         sources = discover(list(self._settings.model_repositories))
+        wanted = with_ensemble_members(wanted, sources, self._settings)  # Triton loads them too
         for name in wanted:
             if name not in sources:
                 self._models[name] = _ModelEntry(name, failures={None: _no_folder(name)})
