@@ -76,10 +76,20 @@ def load_ensemble(
             inputs=tensor_specs(config.input),
             outputs=tensor_specs(config.output),
             scheduler=EnsembleScheduler(name, steps, members),
-            output_names=tuple(o.name for o in config.output),
+            output_names=_production_order(config),
             required_inputs=tuple(i.name for i in config.input if not i.optional),
             ensemble=True,
         )
+
+
+def _production_order(config: mc.ModelConfig) -> tuple[str, ...]:
+    """The ensemble's outputs in the order Triton answers with them when a request names none: by the
+    step that produces them, then as that step's output map lists them."""
+    outputs = {o.name for o in config.output}
+    ordered = [
+        t for step in config.ensemble_scheduling.step for t in step.output_map.values() if t in outputs
+    ]
+    return tuple(ordered + [o.name for o in config.output if o.name not in ordered])
 
 
 def _fill_defaults(config: mc.ModelConfig) -> None:

@@ -32,7 +32,7 @@ class LoadResult:
     name: str
     versions: dict[int, ModelVersion]
     failures: dict[int | None, str]  # None: the model as a whole failed (config, backend, ...)
-    members: frozenset[str] = frozenset()  # an ensemble's composing models
+    members: frozenset[str] | None = None  # an ensemble's composing models; None: not an ensemble
 
 
 def load_model(

@@ -134,7 +134,7 @@ class ModelManager:
         _log_failures(result)
         self._models[result.name] = _ModelEntry(result.name, result.versions, result.failures)
         self._polled[result.name] = tree_fingerprint(source.path)
-        if result.members:
+        if result.members is not None:
             self._ensembles[result.name] = result.members
 
     def stop(self) -> None:
@@ -197,7 +197,7 @@ class ModelManager:
                 )
             self._models[name] = _ModelEntry(name, result.versions, result.failures, uploaded=uploaded)
             self._cascaded.discard(name)
-            if result.members:
+            if result.members is not None:
                 self._ensembles[name] = result.members
             if current is not None:
                 self._retire(current, keep=result.versions.values())
@@ -348,6 +348,9 @@ class ModelManager:
             return model
         versions = entry.versions
         if not versions:
+            if None in entry.failures and name in self._ensembles:
+                # Triton never registers an ensemble that fails its checks (the index gives the reason).
+                raise NotFound(f"Request for unknown model: '{name}' is not found")
             raise NotFound(f"Request for unknown model: '{name}' has no available versions")
         return versions[max(versions)]
 
