@@ -100,6 +100,17 @@ def valid_ensembles(root: Path) -> None:
             ]
         ),
     )
+    _ensemble(  # an ensemble as a step: ((IN + 1) * 2) + 1
+        root,
+        "nested",
+        ENSEMBLE_IO,
+        ", ".join(
+            [
+                _step("chain", {"IN": "IN"}, {"OUT": "c"}),
+                _step("add_one", {"INPUT0": "c"}, {"OUTPUT0": "OUT"}),
+            ]
+        ),
+    )
     _ensemble(root, "step_fails", ENSEMBLE_IO, _step("fail", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"}))
     _ensemble(
         root,

@@ -80,10 +80,18 @@ def test_a_color_image_with_a_comment_in_its_header(server: RunningServer) -> No
         assert client_module.read_text(client, "ocr", ppm)[0] == "RGB 42"
 
 
+def test_a_text_pgm(server: RunningServer) -> None:
+    gray = font.render("P2 IS TEXT", 2)
+    height, width = gray.shape
+    pgm = f"P2 {width} {height} 255\n".encode() + " ".join(str(v) for v in gray.reshape(-1)).encode()
+    with httpclient.InferenceServerClient(server.url.removeprefix("http://")) as client:
+        assert client_module.read_text(client, "ocr", pgm)[0] == "P2 IS TEXT"
+
+
 def test_a_file_that_is_not_an_image_is_refused(server: RunningServer) -> None:
     with httpclient.InferenceServerClient(server.url.removeprefix("http://")) as client:
         with pytest.raises(
-            InferenceServerException, match=r"in ensemble 'ocr', IMAGE is not a binary PGM or PPM"
+            InferenceServerException, match=r"in ensemble 'ocr', IMAGE is not a PGM or PPM file"
         ):
             client_module.read_text(client, "ocr", b"GIF89a")
 

@@ -2,7 +2,7 @@
 
     python examples/ocr/client.py [IMAGE] [--url localhost:8000] [--model ocr]
 
-IMAGE is a binary PGM or PPM file (netpbm P5/P6, 8-bit). Without one, the client draws TEXT (default
+IMAGE is a PGM or PPM file (netpbm P2, P5 or P6, 8-bit). Without one, the client draws TEXT (default
 "HELLO NEREID\\n2026") with the example's font, saves it with --save if asked, and sends that.
 """
 
@@ -35,7 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("image", nargs="?", type=Path, help="a binary PGM or PPM file")
+    parser.add_argument("image", nargs="?", type=Path, help="a PGM or PPM file")
     parser.add_argument("--url", default="localhost:8000", help="the server's HTTP address")
     parser.add_argument("--model", default="ocr", help="the pipeline to call")
     parser.add_argument("--text", default="HELLO NEREID\n2026", help="what to draw when no image is given")

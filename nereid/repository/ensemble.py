@@ -13,7 +13,7 @@ from nereid.model_config import ConfigSource, config_to_json, read_config, valid
 from nereid.model_config.ensemble import is_ensemble, step_models, validate_ensemble_config
 from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, version_folders
-from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, ensemble_steps
+from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep, ensemble_steps
 from nereid.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def load_ensemble(
         _fill_defaults(config)
         validate_config(config, config_source, name)
         validate_ensemble_config(config)
-        check_members(config, members)
+        member_configs = check_members(config, members)
     except NereidError as exc:
         result.failures[None] = exc.message
         return
@@ -58,7 +58,7 @@ def load_ensemble(
     config_json = config_to_json(config)
     if not config.ensemble_scheduling.max_inflight_requests:
         del config_json["ensemble_scheduling"]["max_inflight_requests"]  # a field Triton 2.51 lacks
-    steps = ensemble_steps(config)
+    steps = ensemble_steps(config, member_configs)
     for version in wanted:
         if version not in folders:
             result.failures[version] = f"version {version} of model '{name}' has no folder"
@@ -76,19 +76,17 @@ def load_ensemble(
             inputs=tensor_specs(config.input),
             outputs=tensor_specs(config.output),
             scheduler=EnsembleScheduler(name, steps, members),
-            output_names=_production_order(config),
+            output_names=_production_order(config, steps),
             required_inputs=tuple(i.name for i in config.input if not i.optional),
             ensemble=True,
         )
 
 
-def _production_order(config: mc.ModelConfig) -> tuple[str, ...]:
-    """The ensemble's outputs in the order Triton answers with them when a request names none: by the
-    step that produces them, then as that step's output map lists them."""
+def _production_order(config: mc.ModelConfig, steps: tuple[EnsembleStep, ...]) -> tuple[str, ...]:
+    """The ensemble's outputs in the order Triton answers with them when a request names none, as the
+    steps produce them: step by step, each step's in its model's output order."""
     outputs = {o.name for o in config.output}
-    ordered = [
-        t for step in config.ensemble_scheduling.step for t in step.output_map.values() if t in outputs
-    ]
+    ordered = [t for step in steps for t in step.output_map.values() if t in outputs]
     return tuple(ordered + [o.name for o in config.output if o.name not in ordered])
 
 
@@ -99,8 +97,9 @@ def _fill_defaults(config: mc.ModelConfig) -> None:
     config.model_transaction_policy.SetInParent()  # Triton shows `{"decoupled": false}`
 
 
-def check_members(config: mc.ModelConfig, members: EnsembleMembers) -> None:
-    """The steps against the composing models as loaded now: names, versions, maps, types and shapes."""
+def check_members(config: mc.ModelConfig, members: EnsembleMembers) -> list[mc.ModelConfig]:
+    """The steps against the composing models as loaded now: names, versions, maps, types and shapes.
+    Returns each step's model config."""
     name = config.name
     found: dict[int, ModelVersion] = {}
     unavailable: list[str] = []
@@ -117,6 +116,7 @@ def check_members(config: mc.ModelConfig, members: EnsembleMembers) -> None:
     # Every ensemble tensor's full shape (batch dimension included) and type, as each side sees it.
     batch = [-1] if config.max_batch_size > 0 else []
     seen: dict[str, tuple[str, int, list[int]]] = {}
+    checked: list[mc.ModelConfig] = []
     for tensor in list(config.input) + list(config.output):
         seen[tensor.name] = (name, tensor.data_type, batch + list(tensor.dims))
     for index, step in enumerate(config.ensemble_scheduling.step):
@@ -130,6 +130,7 @@ def check_members(config: mc.ModelConfig, members: EnsembleMembers) -> None:
                     f"{step.model_version} is not loaded."
                 ) from None
         member = model.config
+        checked.append(member)
         if config.max_batch_size > member.max_batch_size:
             raise InvalidArgument(
                 f"ensemble {name} allows maximum batch size {config.max_batch_size}, but it contains model "
@@ -176,6 +177,7 @@ def check_members(config: mc.ModelConfig, members: EnsembleMembers) -> None:
                     f"{_shape(other_shape)} is inferred from model {other} while {_shape(shape)} is inferred "
                     f"from model {member.name}"
                 )
+    return checked
 
 
 def _compatible(a: list[int], b: list[int]) -> bool:

@@ -188,7 +188,9 @@ class ModelManager:
             finally:
                 del self._transitions[name]
             _log_failures(result)
-            if result.failures and current is not None and current.versions:
+            # An ensemble failing its checks against members as they are now cannot keep serving either.
+            keep_serving = result.members is None or None not in result.failures
+            if result.failures and current is not None and current.versions and keep_serving:
                 self._discard(result, keep=current.versions.values())
                 if uploaded is not None:
                     remove_model_folder(uploaded)

@@ -47,16 +47,16 @@ class EnsembleStep:
     output_map: Mapping[str, str]  # the model's output -> ensemble tensor
 
 
-def ensemble_steps(config: mc.ModelConfig) -> tuple[EnsembleStep, ...]:
-    return tuple(
-        EnsembleStep(
-            step.model_name,
-            "" if step.model_version < 0 else str(step.model_version),
-            dict(step.input_map),
-            dict(step.output_map),
-        )
-        for step in config.ensemble_scheduling.step
-    )
+def ensemble_steps(config: mc.ModelConfig, models: list[mc.ModelConfig]) -> tuple[EnsembleStep, ...]:
+    """The steps, given each step's model config: outputs are asked for in that model's order, so
+    that they come back, and fill the ensemble's tensors, in a fixed order (a map's order is not)."""
+    steps = []
+    for step, model in zip(config.ensemble_scheduling.step, models, strict=True):
+        order = {output.name: index for index, output in enumerate(model.output)}
+        outputs = sorted(step.output_map.items(), key=lambda item: order.get(item[0], len(order)))
+        version = "" if step.model_version < 0 else str(step.model_version)
+        steps.append(EnsembleStep(step.model_name, version, dict(step.input_map), dict(outputs)))
+    return tuple(steps)
 
 
 class EnsembleScheduler:
@@ -74,6 +74,11 @@ class EnsembleScheduler:
         try:
             while True:
                 ready = [s for s in waiting if all(t in tensors for t in s.input_map.values())]
+                if len(ready) == 1 and not running:  # a chain: no task needed to wait for one step
+                    waiting.remove(ready[0])
+                    response = await self._run_step(ready[0], tensors, request.id, parameters)
+                    _store(ready[0], response, tensors)
+                    continue
                 for step in ready:
                     waiting.remove(step)
                     task = asyncio.ensure_future(self._run_step(step, tensors, request.id, parameters))
@@ -83,11 +88,8 @@ class EnsembleScheduler:
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     step = running.pop(task)
-                    response = task.result()  # a failed step fails the request; `finally` stops the rest
-                    produced = {tensor.name: tensor.data for tensor in response.outputs}
-                    for output, tensor in step.output_map.items():
-                        if output in produced:
-                            tensors[tensor] = produced[output]
+                    # a failed step fails the request; `finally` stops the rest
+                    _store(step, task.result(), tensors)
         finally:
             for task in running:
                 task.cancel()
@@ -149,6 +151,14 @@ class EnsembleScheduler:
 
     def stop(self) -> None:
         """Nothing to release: the composing models belong to the model manager."""
+
+
+def _store(step: EnsembleStep, response: InferResponse, tensors: dict[str, np.ndarray]) -> None:
+    """A step's outputs become the ensemble tensors its output map names."""
+    produced = {tensor.name: tensor.data for tensor in response.outputs}
+    for output, tensor in step.output_map.items():
+        if output in produced:
+            tensors[tensor] = produced[output]
 
 
 def sequence_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ Triton's texts, and ensembles following their composing models through loads and
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,6 +108,11 @@ def test_ensemble_metadata_config_readiness_and_statistics(client: httpclient.In
     assert after == before + 1
 
 
+def test_an_ensemble_as_a_step(client: httpclient.InferenceServerClient) -> None:
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    np.testing.assert_array_equal(client.infer("nested", [_vector_input(x)]).as_numpy("OUT"), (x + 1) * 2 + 1)
+
+
 def test_a_failing_step_fails_the_request(client: httpclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException, match=r"in ensemble 'step_fails', boom"):
         client.infer("step_fails", [_vector_input(np.zeros((1, 4), dtype=np.float32))])
@@ -188,6 +194,26 @@ def test_ensembles_follow_their_composing_models(explicit_server: httpclient.Inf
     assert client.infer("chain", [_vector_input(x)]).as_numpy("OUT").tolist() == [[2.0] * 4]
     client.unload_model("chain")  # its members stay
     assert _ready(client) == {"add_one", "double"}
+
+
+def test_a_member_reloaded_out_of_shape_takes_its_ensemble_down(
+    explicit_server: httpclient.InferenceServerClient,
+) -> None:
+    client = explicit_server
+    config = client.get_model_config("add_one")
+    for tensor in config["input"] + config["output"][:1]:
+        tensor["dims"] = [5]
+    client.load_model("add_one", config=json.dumps(config))
+    rows = {row["name"]: row for row in client.get_model_repository_index()}
+    assert rows["chain"]["state"] == "UNAVAILABLE"
+    assert rows["chain"]["reason"] == (
+        "in ensemble chain, ensemble tensor IN: inconsistent shape: [-1,4] is inferred from model chain while "
+        "[-1,5] is inferred from model add_one"
+    )
+    assert not client.is_model_ready("chain")
+    config["input"][0]["dims"] = config["output"][0]["dims"] = [4]
+    client.load_model("add_one", config=json.dumps(config))  # back in shape: the ensemble follows
+    assert client.is_model_ready("chain")
 
 
 def test_explicit_load_of_an_invalid_ensemble(explicit_server: httpclient.InferenceServerClient) -> None:
