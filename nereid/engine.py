@@ -163,9 +163,10 @@ class Engine:
         self._check_explicit()
         await asyncio.to_thread(self.models.load, name, config, files)
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload `name`; with `unload_dependents`, an ensemble's composing models too."""
         self._check_explicit()
-        await asyncio.to_thread(self.models.unload, name)
+        await asyncio.to_thread(self.models.unload, name, unload_dependents)
 
     def _check_explicit(self) -> None:
         if self.models.control_mode != "explicit":

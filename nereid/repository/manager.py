@@ -206,9 +206,10 @@ class ModelManager:
             if result.failures:
                 raise InvalidArgument(_load_failed(name, result))
 
-    def unload(self, name: str) -> None:
+    def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Stop serving `name` once the requests it holds are answered. Unknown names are not an error.
-        Ensembles that call it are unloaded too, and come back when it loads again (as in Triton)."""
+        Ensembles that call it are unloaded too, and come back when it loads again (as in Triton). With
+        `unload_dependents`, an ensemble's composing models go too, unless another ensemble calls them."""
         chain = self._chain_set()
         if name in chain:
             return
@@ -220,8 +221,16 @@ class ModelManager:
                 if entry is not None and entry.versions:
                     self._cascaded.add(ensemble)
                     self.unload(ensemble)
+            if unload_dependents:
+                for member in sorted(self._ensembles.get(name, ())):
+                    if not any(self._loaded_ensemble(e) for e in self._dependents(member)):
+                        self.unload(member, unload_dependents=True)
         finally:
             chain.discard(name)
+
+    def _loaded_ensemble(self, name: str) -> bool:
+        entry = self._models.get(name)
+        return entry is not None and bool(entry.versions)
 
     def _unload(self, name: str) -> None:
         with self._model_lock(name):

@@ -194,6 +194,9 @@ def test_ensembles_follow_their_composing_models(explicit_server: httpclient.Inf
     assert client.infer("chain", [_vector_input(x)]).as_numpy("OUT").tolist() == [[2.0] * 4]
     client.unload_model("chain")  # its members stay
     assert _ready(client) == {"add_one", "double"}
+    client.load_model("chain")
+    client.unload_model("chain", unload_dependents=True)  # its members go with it
+    assert _ready(client) == set()
 
 
 def test_a_member_reloaded_out_of_shape_takes_its_ensemble_down(
