@@ -81,19 +81,26 @@ def main() -> int:
     parser.add_argument("--stability", type=int, default=100, help="perf_analyzer stability percent")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the servers, alternating")
     parser.add_argument("--nereid-only", action="store_true", help="skip the real Triton")
+    parser.add_argument(
+        "--nereid-flag", action="append", default=[], help="a flag for Nereid's command line (repeatable)"
+    )
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     binary, lib = install_perf_analyzer()
     with tempfile.TemporaryDirectory(prefix="nereid-bench-ensemble-") as tmp:
         python_models = python_repository(Path(tmp) / "python")
         image_json = input_data(Path(tmp) / "image.json")
+
         # column -> (server start, repository)
+        def nereid(port: int, repository: Path) -> subprocess.Popen[bytes]:
+            return start_nereid(port, repository, None, *args.nereid_flag)
+
         columns: dict[str, tuple[Callable[[int, Path], subprocess.Popen[bytes]], Path]] = {
-            "nereid": (start_nereid, python_models),
+            "nereid": (nereid, python_models),
         }
         if not args.nereid_only:
             columns["triton"] = (start_triton, python_models)
-        columns["nereid-onnx"] = (start_nereid, OCR / "model_repository")
+        columns["nereid-onnx"] = (nereid, OCR / "model_repository")
         results: dict[tuple[str, int], list[dict[str, str]]] = {}
         for round_ in range(args.rounds):
             for column, (starter, repository) in columns.items():
