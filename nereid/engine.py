@@ -22,6 +22,7 @@ from nereid.request_checks import (
     request_prefix,
     requested_outputs,
 )
+from nereid.scheduling.ensemble import sequence_parameters
 from nereid.settings import ServerSettings
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 from nereid.statistics import RequestTiming
@@ -45,6 +46,7 @@ class Engine:
         self._settings = settings
         self.models = models
         self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
+        models.members.infer = self.infer  # ensembles run their steps as requests of this engine
         self._live = True
 
     # health and metadata
@@ -122,6 +124,10 @@ class Engine:
                 )
         finally:
             model.request_done()
+        if model.ensemble:
+            return InferResponse(
+                model.name, model.version_text, outputs, request.id, sequence_parameters(request.parameters)
+            )
         return InferResponse(model.name, model.version_text, outputs, request.id)
 
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
@@ -160,9 +166,10 @@ class Engine:
         self._check_explicit()
         await asyncio.to_thread(self.models.load, name, config, files)
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload `name`; with `unload_dependents`, an ensemble's composing models too."""
         self._check_explicit()
-        await asyncio.to_thread(self.models.unload, name)
+        await asyncio.to_thread(self.models.unload, name, unload_dependents)
 
     def _check_explicit(self) -> None:
         if self.models.control_mode != "explicit":

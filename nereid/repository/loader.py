@@ -14,9 +14,12 @@ from nereid.backends import BACKEND_PLATFORMS, InstanceSpec, backend_name, get_b
 from nereid.backends.base import AsyncModelInstance, Backend, ModelInstance
 from nereid.errors import ModelConfigError, NereidError, Unavailable
 from nereid.model_config import ConfigSource, config_from_json, config_to_json, read_config, validate_config
+from nereid.model_config.ensemble import is_ensemble
+from nereid.repository.ensemble import load_ensemble
 from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, tree_fingerprint, version_folders
 from nereid.scheduling import create_scheduler
+from nereid.scheduling.ensemble import EnsembleMembers
 from nereid.settings import ServerSettings
 from nereid.statistics import ModelStatistics
 
@@ -30,6 +33,7 @@ class LoadResult:
     name: str
     versions: dict[int, ModelVersion]
     failures: dict[int | None, str]  # None: the model as a whole failed (config, backend, ...)
+    members: frozenset[str] | None = None  # an ensemble's composing models; None: not an ensemble
 
 
 def load_model(
@@ -37,9 +41,11 @@ def load_model(
     settings: ServerSettings,
     config_override: str | None = None,
     serving: Mapping[int, ModelVersion] | None = None,
+    members: EnsembleMembers | None = None,
 ) -> LoadResult:
     """Load the versions the policy selects. `config_override` is a JSON ModelConfig that replaces
-    config.pbtxt; a version in `serving` whose config, files and labels are unchanged is kept as is."""
+    config.pbtxt; a version in `serving` whose config, files and labels are unchanged is kept as is.
+    Ensembles load only given `members`, the composing models they are checked against and call."""
     result = LoadResult(source.name, {}, {})
     if source.duplicate_of is not None:
         result.failures[None] = (
@@ -48,7 +54,11 @@ def load_model(
         )
         return result
     try:
-        config, backend, folders = _complete_config(source, settings, config_override)
+        config, config_source = _source_config(source, settings, config_override)
+        if members is not None and is_ensemble(config):
+            load_ensemble(source, config, config_source, members, result, serving)
+            return result
+        config, backend, folders = _complete_config(source, config, config_source, settings)
         labels = _read_labels(source.path, config)
     except NereidError as exc:
         result.failures[None] = exc.message
@@ -81,13 +91,17 @@ def load_model(
     return result
 
 
-def _complete_config(
+def _source_config(
     source: ModelSource, settings: ServerSettings, config_override: str | None
-) -> tuple[mc.ModelConfig, Backend, dict[int, Path]]:
+) -> tuple[mc.ModelConfig, ConfigSource]:
     if config_override is None:
-        config, config_source = read_config(source.path, settings.model_config_name)
-    else:
-        config, config_source = _parse_override(source.name, config_override)
+        return read_config(source.path, settings.model_config_name)
+    return _parse_override(source.name, config_override)
+
+
+def _complete_config(
+    source: ModelSource, config: mc.ModelConfig, config_source: ConfigSource, settings: ServerSettings
+) -> tuple[mc.ModelConfig, Backend, dict[int, Path]]:
     if not config.name:
         config.name = source.name
     folders = version_folders(source.path)

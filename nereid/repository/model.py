@@ -43,6 +43,7 @@ class ModelVersion:
     required_inputs: tuple[str, ...] = field(default=())
     statistics: ModelStatistics = field(default_factory=ModelStatistics)  # shared with its scheduler
     fingerprint: str = ""  # of its version folder and label files: unchanged means it can keep serving
+    ensemble: bool = False  # its responses echo the sequence parameters, as Triton's ensembles do
     # Read on every request, so computed once rather than from the protobuf config each time.
     max_batch_size: int = field(init=False)
     version_text: str = field(init=False)
