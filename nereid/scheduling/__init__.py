@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends.base import AsyncModelInstance, ModelInstance
 from nereid.scheduling.base import Scheduler
 from nereid.scheduling.default import DefaultScheduler
+from nereid.scheduling.sequence import SequenceBatcher
 
 
 def create_scheduler(
-    label: str, config: mc.ModelConfig, instances: Sequence[ModelInstance | AsyncModelInstance]
+    label: str,
+    config: mc.ModelConfig,
+    instances: Sequence[ModelInstance | AsyncModelInstance],
+    model_dir: Path | None = None,
 ) -> Scheduler:
-    """The scheduler the config asks for; `label` names the model version in its messages."""
+    """The scheduler the config asks for; `label` names the model version in its messages. `model_dir`
+    holds files some schedulers read (the sequence batcher's initial state files)."""
+    if config.HasField("sequence_batching"):
+        return SequenceBatcher(label, config, instances, model_dir)
     return DefaultScheduler(label, instances)
 
 
-__all__ = ["DefaultScheduler", "Scheduler", "create_scheduler"]
+__all__ = ["DefaultScheduler", "Scheduler", "SequenceBatcher", "create_scheduler"]
