@@ -167,6 +167,11 @@ class SequenceBatcher:
         seated = sum(len(s.jobs) for b in self._batchers for s in b.slots if s is not None)
         return seated + sum(len(s.jobs) for s in self._table.backlog())
 
+    def active_sequences(self) -> int:
+        """Sequences holding a slot or waiting in the backlog for one."""
+        seated = sum(1 for b in self._batchers for s in b.slots if s is not None)
+        return seated + len(self._table.backlog())
+
     def unavailable_reason(self) -> str | None:
         reasons = [b.instance.unavailable_reason() for b in self._async_batchers()]  # type: ignore[union-attr]
         if not reasons or any(r is None for r in reasons):

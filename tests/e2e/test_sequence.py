@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
+from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ROOT, TRITON_EXAMPLES, RunningServer, start_nereid, stop
@@ -40,6 +42,36 @@ def _with_strategy(config: Path, strategy: str) -> str:
     return text.replace("sequence_batching {", f"sequence_batching {{\n  {strategy}", 1)
 
 
+def _onnx_accumulator(folder: Path) -> None:
+    """An ONNX model that adds its input to its implicit state: OUTPUT = OUTPUT_STATE = INPUT + INPUT_STATE."""
+    shape = ["batch", 1]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT", "INPUT_STATE"], ["OUTPUT"]),
+            helper.make_node("Identity", ["OUTPUT"], ["OUTPUT_STATE"]),
+        ],
+        "accumulator",
+        [
+            helper.make_tensor_value_info("INPUT", TensorProto.INT32, shape),
+            helper.make_tensor_value_info("INPUT_STATE", TensorProto.INT32, shape),
+        ],
+        [
+            helper.make_tensor_value_info("OUTPUT", TensorProto.INT32, shape),
+            helper.make_tensor_value_info("OUTPUT_STATE", TensorProto.INT32, shape),
+        ],
+    )
+    (folder / "1").mkdir(parents=True)
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+        folder / "1" / "model.onnx",
+    )
+    (folder / "config.pbtxt").write_text(
+        'name: "onnx_accumulator_state"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
+        "sequence_batching {\n  direct { max_queue_delay_microseconds: 200 }\n"
+        '  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]\n}\n'
+    )
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     base = tmp_path_factory.mktemp("sequence")
@@ -57,6 +89,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     (repository / "accumulator_state_direct" / "config.pbtxt").write_text(
         config.replace('"accumulator_state"', '"accumulator_state_direct"')
     )
+    _onnx_accumulator(repository / "onnx_accumulator_state")
     for name in ("simple_sequence", "simple_dyna_sequence"):
         if (TRITON_EXAMPLES / name).exists():
             shutil.copytree(TRITON_EXAMPLES / name, repository / name)
@@ -67,7 +100,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         stop(running.process)
 
 
-MODELS = ["accumulator_direct", "accumulator_oldest", "accumulator_state", "accumulator_state_direct"]
+MODELS = [
+    "accumulator_direct",
+    "accumulator_oldest",
+    "accumulator_state",
+    "accumulator_state_direct",
+    "onnx_accumulator_state",
+]
 
 
 def _check_totals(model: str, totals: dict[int, list[int]]) -> None:
@@ -168,6 +207,25 @@ def test_control_inputs_reach_a_python_model(server: RunningServer) -> None:
         assert result.as_numpy("CORRID_OUT")[0, 0] == 2**64 - 1
     # [START, END, READY, request.flags()]
     assert flags == [[1, 0, 1, 1], [0, 0, 1, 0], [0, 1, 1, 2]]
+
+
+def test_onnx_state_is_carried_and_its_config_leaves_the_state_out(server: RunningServer) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    config = client.get_model_config("onnx_accumulator_state").config
+    assert [i.name for i in config.input] == ["INPUT"]  # auto-complete leaves the state to the batcher
+    assert [o.name for o in config.output] == ["OUTPUT"]
+    assert config.sequence_batching.max_sequence_idle_microseconds == 1_000_000
+    tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[5]], dtype=np.int32))
+    totals = [
+        int(
+            client.infer("onnx_accumulator_state", [tensor], sequence_id=9, sequence_start=s == 0).as_numpy(
+                "OUTPUT"
+            )[0, 0]
+        )
+        for s in range(3)
+    ]
+    assert totals == [5, 10, 15]
 
 
 def test_sequence_errors(server: RunningServer) -> None:
