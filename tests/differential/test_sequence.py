@@ -21,6 +21,7 @@ from tests.conftest import ROOT
 from tests.differential.compare import same_message, same_shape
 from tests.differential.conftest import HERE, Servers, server_pair
 from tests.differential.test_differential import compare
+from tests.differential.test_differential_grpc import _call as call_rpc
 from tests.differential.test_differential_grpc import grpc_request
 
 CASES: list[dict[str, Any]] = json.loads((HERE / "sequence_cases.json").read_text())
@@ -51,14 +52,7 @@ def test_same_answers_over_http(sequence_servers: Servers) -> None:
 
 
 def _unary(target: str, case: dict[str, Any]) -> tuple[grpc.StatusCode, str, Any]:
-    rpc, message = grpc_request(case)
-    with grpc.insecure_channel(target) as channel:
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        try:
-            response = getattr(stub, rpc)(message, timeout=30)
-        except grpc.RpcError as error:
-            return error.code(), error.details(), None
-    return grpc.StatusCode.OK, "", json_format.MessageToDict(response, preserving_proto_field_name=True)
+    return call_rpc(target, *grpc_request(case))
 
 
 def _ignored(case: dict[str, Any]) -> set[str]:
