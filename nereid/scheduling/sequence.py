@@ -64,14 +64,22 @@ class _Sequence:
 
 
 class _Batcher:
-    """An instance and its slots; it runs one batch at a time, so a sequence's requests run in order."""
+    """An instance and its slots. Instances run their submissions one after the other; a batch leaves out
+    sequences whose previous request has not finished, so each sequence's requests run in order and each
+    sees the state the one before it left."""
 
-    __slots__ = ("busy", "executor", "instance", "slots", "timer")
+    __slots__ = ("depth", "executor", "instance", "outstanding", "seated", "slots", "timer", "waiting")
 
     def __init__(self, instance: ModelInstance | AsyncModelInstance, slots: int, name: str) -> None:
         self.instance = instance
         self.slots: list[_Sequence | None] = [None] * slots
-        self.busy = False
+        self.seated = 0  # slots holding a sequence
+        # Seated sequences with a request to run and none running, in the order they became so: a batch
+        # is formed from these without scanning every slot (the oldest strategy may have a thousand).
+        self.waiting: dict[_Sequence, None] = {}
+        self.outstanding = 0  # submissions not finished
+        # A worker process takes the next submission while it runs one, so it never waits for the loop.
+        self.depth = instance.pipeline_depth if isinstance(instance, AsyncModelInstance) else 1
         self.timer: asyncio.TimerHandle | None = None
         # Instances that block run on a thread of their own; Python models run in worker processes.
         self.executor = (
@@ -157,7 +165,10 @@ class SequenceBatcher:
         if request.flags & SEQUENCE_END:
             del self._sequences[correlation_id]  # later requests for this id must start a new sequence
         if sequence.slot is not None:
-            self._dispatch(self._batchers[sequence.slot.instance])
+            batcher = self._batchers[sequence.slot.instance]
+            if not sequence.running:
+                batcher.waiting[sequence] = None
+            self._dispatch(batcher)
         self._arm_idle()
         # A cancelled caller's request still runs when its turn comes, so the sequence's state stays whole.
         return await future
@@ -205,7 +216,11 @@ class SequenceBatcher:
     # slots
     def _seat(self, sequence: _Sequence, slot: SlotId) -> None:
         sequence.slot = slot
-        self._batchers[slot.instance].slots[slot.slot] = sequence
+        batcher = self._batchers[slot.instance]
+        batcher.slots[slot.slot] = sequence
+        batcher.seated += 1
+        if sequence.jobs and not sequence.running:
+            batcher.waiting[sequence] = None
 
     def _release(self, sequence: _Sequence) -> None:
         """Free the sequence's slot; the oldest backlogged sequence takes it."""
@@ -213,7 +228,10 @@ class SequenceBatcher:
         if slot is None:
             return
         sequence.slot = None
-        self._batchers[slot.instance].slots[slot.slot] = None
+        batcher = self._batchers[slot.instance]
+        batcher.slots[slot.slot] = None
+        batcher.seated -= 1
+        batcher.waiting.pop(sequence, None)
         successor = self._table.release(slot)
         if successor is not None:
             self._seat(successor, slot)
@@ -221,14 +239,14 @@ class SequenceBatcher:
 
     # batches
     def _dispatch(self, batcher: _Batcher) -> None:
-        if batcher.busy or self._stopped:
+        if batcher.outstanding >= batcher.depth or self._stopped:
             return
         if batcher.timer is not None:
             batcher.timer.cancel()
             batcher.timer = None
-        ready = [s for s in batcher.slots if s is not None and s.jobs]
-        if not ready:
+        if not batcher.waiting:
             return
+        ready = list(batcher.waiting)
         now = time.monotonic()
         chosen = self._choose(batcher, ready, now)
         if not chosen:
@@ -243,9 +261,10 @@ class SequenceBatcher:
             requests.append(self._tensors.prepare(job.request, sequence.state))
             jobs.append((job, sequence))
             sequence.running = True
+            del batcher.waiting[sequence]
             if job.request.flags & SEQUENCE_END:
                 self._release(sequence)  # its slot can take a backlogged sequence now
-        batcher.busy = True
+        batcher.outstanding += 1
         done = partial(self._finished, batcher, jobs, start_ns)
         if batcher.executor is None:
             try:
@@ -262,9 +281,9 @@ class SequenceBatcher:
     def _choose(self, batcher: _Batcher, ready: list[_Sequence], now: float) -> list[_Sequence]:
         """The sequences whose oldest request runs now; arms the batcher's timer when it should wait."""
         if self._oldest is None:
-            occupied = sum(1 for s in batcher.slots if s is not None)
-            wake = decide_direct([s.jobs[0].arrival for s in ready], occupied, now, self._direct)
+            wake = decide_direct([s.jobs[0].arrival for s in ready], batcher.seated, now, self._direct)
             if wake is None:
+                ready.sort(key=_slot_index)  # a batch row per slot, in slot order as in Triton
                 return ready
             self._wake(batcher, wake - now)
             return []
@@ -308,8 +327,10 @@ class SequenceBatcher:
                 sequence.state = self._tensors.take_state(job.request, result, sequence.state)
             sequence.running = False
             sequence.last_active = now
+            if sequence.jobs and sequence.slot is not None:
+                self._batchers[sequence.slot.instance].waiting[sequence] = None
             _resolve(job.future, result)
-        batcher.busy = False
+        batcher.outstanding -= 1
         self._dispatch(batcher)
 
     def _unexpected(self, exc: BaseException) -> InternalError:
@@ -350,6 +371,10 @@ class SequenceBatcher:
 
     def _async_batchers(self) -> list[_Batcher]:
         return [b for b in self._batchers if b.executor is None]
+
+
+def _slot_index(sequence: _Sequence) -> int:
+    return sequence.slot.slot if sequence.slot is not None else -1
 
 
 def _shape(request: BackendRequest) -> tuple:
