@@ -128,7 +128,7 @@ def test_a_sequence_waits_in_the_backlog_until_a_slot_frees() -> None:
 
 
 def test_idle_sequences_are_released_and_late_requests_refused() -> None:
-    scheduler = SequenceBatcher("m", _config(2, "max_sequence_idle_microseconds: 20000"), [Instance()])
+    scheduler = SequenceBatcher("m", _config(2, "max_sequence_idle_microseconds: 500000"), [Instance()])
 
     async def run() -> None:
         await _value(scheduler, _request(7, 1, SEQUENCE_START))
