@@ -68,7 +68,17 @@ class _Batcher:
     sequences whose previous request has not finished, so each sequence's requests run in order and each
     sees the state the one before it left."""
 
-    __slots__ = ("depth", "executor", "instance", "outstanding", "seated", "slots", "timer", "waiting")
+    __slots__ = (
+        "depth",
+        "executor",
+        "instance",
+        "outstanding",
+        "scheduled",
+        "seated",
+        "slots",
+        "timer",
+        "waiting",
+    )
 
     def __init__(self, instance: ModelInstance | AsyncModelInstance, slots: int, name: str) -> None:
         self.instance = instance
@@ -78,6 +88,7 @@ class _Batcher:
         # is formed from these without scanning every slot (the oldest strategy may have a thousand).
         self.waiting: dict[_Sequence, None] = {}
         self.outstanding = 0  # submissions not finished
+        self.scheduled = False  # a dispatch is due once the loop has taken in what arrived with this request
         # A worker process takes the next submission while it runs one, so it never waits for the loop.
         self.depth = instance.pipeline_depth if isinstance(instance, AsyncModelInstance) else 1
         self.timer: asyncio.TimerHandle | None = None
@@ -168,7 +179,11 @@ class SequenceBatcher:
             batcher = self._batchers[sequence.slot.instance]
             if not sequence.running:
                 batcher.waiting[sequence] = None
-            self._dispatch(batcher)
+            if not batcher.scheduled:
+                # Requests that arrive in the same turn of the loop (read from several connections at
+                # once) join one batch: the dispatch runs after them, not for each.
+                batcher.scheduled = True
+                loop.call_soon(self._scheduled_dispatch, batcher)
         self._arm_idle()
         # A cancelled caller's request still runs when its turn comes, so the sequence's state stays whole.
         return await future
@@ -238,6 +253,10 @@ class SequenceBatcher:
             successor.last_active = time.monotonic()
 
     # batches
+    def _scheduled_dispatch(self, batcher: _Batcher) -> None:
+        batcher.scheduled = False
+        self._dispatch(batcher)
+
     def _dispatch(self, batcher: _Batcher) -> None:
         if batcher.outstanding >= batcher.depth or self._stopped:
             return

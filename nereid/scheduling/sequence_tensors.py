@@ -25,6 +25,7 @@ _FLAG_KINDS = {
 }
 
 State = dict[str, np.ndarray]  # state input name -> the tensor the next request of the sequence gets
+_CORRID_CACHE = 4096  # CORRID tensors kept for reuse
 _UINT64_MASK = (1 << 64) - 1  # negative gRPC int64 ids wrap as Triton casts them to uint64
 
 
@@ -84,6 +85,8 @@ class SequenceTensors:
             for s in batching.state
         ]
         self.state_outputs = tuple(s.output_name for s in self._states)
+        # Every request of a sequence gets the same CORRID tensor: built once, shared (read-only).
+        self._corrid_rows: dict[tuple[int | str, int], np.ndarray] = {}
 
     @property
     def has_state(self) -> bool:
@@ -110,7 +113,15 @@ class SequenceTensors:
             row = control.values[1 if control.flag == 0 or request.flags & control.flag else 0]
             inputs[control.name] = row if rows == 1 else np.repeat(row, rows, axis=0)
         if self._corrid is not None:
-            inputs[self._corrid.name] = self._corrid_tensor(self._corrid, request.correlation_id, rows)
+            key = (request.correlation_id, rows)
+            corrid = self._corrid_rows.get(key)
+            if corrid is None:
+                if len(self._corrid_rows) >= _CORRID_CACHE:
+                    self._corrid_rows.clear()
+                corrid = self._corrid_rows[key] = self._corrid_tensor(
+                    self._corrid, request.correlation_id, rows
+                )
+            inputs[self._corrid.name] = corrid
         if self._states:
             current = state if state is not None and not request.flags & SEQUENCE_START else None
             for s in self._states:
@@ -146,10 +157,15 @@ class SequenceTensors:
     def _corrid_tensor(self, control: _CorridControl, correlation_id: int | str, rows: int) -> np.ndarray:
         shape = (rows, 1) if self._batched else (1,)
         if control.dtype == np.object_:
-            return np.full(shape, str(correlation_id).encode(), dtype=np.object_)
-        # Ids wrap into narrower or signed types, as they do when Triton copies them into the tensor.
-        number = int(correlation_id) if not isinstance(correlation_id, str) else 0  # check() refused strings
-        return np.full(shape, number & _UINT64_MASK, dtype=np.uint64).astype(control.dtype)
+            tensor = np.full(shape, str(correlation_id).encode(), dtype=np.object_)
+        else:
+            # Ids wrap into narrower or signed types, as they do when Triton copies them into the tensor.
+            number = (
+                int(correlation_id) if not isinstance(correlation_id, str) else 0
+            )  # check() refused strings
+            tensor = np.full(shape, number & _UINT64_MASK, dtype=np.uint64).astype(control.dtype)
+        tensor.flags.writeable = False
+        return tensor
 
     def take_state(self, request: BackendRequest, outputs: Outputs, previous: State | None) -> State | None:
         """The state the next request of the sequence gets; state outputs the client did not ask for are
