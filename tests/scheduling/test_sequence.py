@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -275,6 +275,69 @@ def test_a_failing_execution_fails_its_requests_and_the_sequence_goes_on() -> No
         with pytest.raises(Exception, match="ValueError: negative"):
             await scheduler.execute(_request(1, -1))
         assert await _value(scheduler, _request(1, 5, SEQUENCE_END)) == 10
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+
+
+class PipelinedInstance:
+    """An AsyncModelInstance whose executions the test finishes by hand."""
+
+    pipeline_depth = 2
+
+    def __init__(self) -> None:
+        self.submissions: list[
+            tuple[list[BackendRequest], Callable[[list[BackendResult] | BaseException], None]]
+        ] = []
+
+    def submit(
+        self, requests: Sequence[BackendRequest], done: Callable[[list[BackendResult] | BaseException], None]
+    ) -> None:
+        self.submissions.append((list(requests), done))
+
+    def finish(self, index: int) -> None:
+        requests, done = self.submissions[index]
+        done(
+            [
+                {
+                    "OUTPUT": r.inputs["INPUT"] + r.inputs["INPUT_STATE"],
+                    "OUTPUT_STATE": r.inputs["INPUT"] + r.inputs["INPUT_STATE"],
+                }
+                for r in requests
+            ]
+        )
+
+    async def model_ready(self) -> bool:
+        return True
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_worker_takes_the_next_batch_while_it_runs_one_leaving_out_running_sequences() -> None:
+    instance = PipelinedInstance()
+    scheduler = SequenceBatcher("m", _config(4, "direct { }" + STATE), [instance])
+
+    async def run() -> None:
+        a1 = asyncio.create_task(_value(scheduler, _request("a", 1, SEQUENCE_START)))
+        await _until(lambda: len(instance.submissions) == 1)
+        a2 = asyncio.create_task(_value(scheduler, _request("a", 2)))
+        b1 = asyncio.create_task(_value(scheduler, _request("b", 10, SEQUENCE_START)))
+        await _until(lambda: len(instance.submissions) == 2)  # b goes on while a runs; a's next waits
+        assert [[r.correlation_id for r in s[0]] for s in instance.submissions] == [["a"], ["b"]]
+        instance.finish(0)
+        assert await a1 == 1
+        await _until(lambda: len(instance.submissions) == 3)
+        assert [r.correlation_id for r in instance.submissions[2][0]] == ["a"]
+        instance.finish(1)
+        instance.finish(2)
+        assert await b1 == 10
+        assert await a2 == 3  # it saw the state a's first request left
 
     try:
         asyncio.run(run())
