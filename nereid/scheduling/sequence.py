@@ -300,7 +300,11 @@ class SequenceBatcher:
     def _choose(self, batcher: _Batcher, ready: list[_Sequence], now: float) -> list[_Sequence]:
         """The sequences whose oldest request runs now; arms the batcher's timer when it should wait."""
         if self._oldest is None:
-            wake = decide_direct([s.jobs[0].arrival for s in ready], batcher.seated, now, self._direct)
+            # Sequences with a request running cannot join this batch, so it does not wait for them.
+            running = sum(1 for s in batcher.slots if s is not None and s.running)
+            wake = decide_direct(
+                [s.jobs[0].arrival for s in ready], batcher.seated - running, now, self._direct
+            )
             if wake is None:
                 ready.sort(key=_slot_index)  # a batch row per slot, in slot order as in Triton
                 return ready
