@@ -24,9 +24,15 @@ class TritonPythonModel:
             if end[0, 0]:
                 del self.totals[key]
             flags = np.array([[request.flags()]], dtype=np.int32)
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUTPUT", total.astype(np.int32)),
-                pb_utils.Tensor("FLAGS", np.concatenate([start, end, ready, flags], axis=1).astype(np.int32)),
-                pb_utils.Tensor("CORRID_OUT", corrid.astype(np.uint64)),
-            ]))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [
+                        pb_utils.Tensor("OUTPUT", total.astype(np.int32)),
+                        pb_utils.Tensor(
+                            "FLAGS", np.concatenate([start, end, ready, flags], axis=1).astype(np.int32)
+                        ),
+                        pb_utils.Tensor("CORRID_OUT", corrid.astype(np.uint64)),
+                    ]
+                )
+            )
         return responses

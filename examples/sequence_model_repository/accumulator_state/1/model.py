@@ -11,8 +11,12 @@ class TritonPythonModel:
             value = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
             state = pb_utils.get_input_tensor_by_name(request, "INPUT_STATE").as_numpy()
             total = (state + value).astype(np.int32)
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUTPUT", total),
-                pb_utils.Tensor("OUTPUT_STATE", total),
-            ]))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [
+                        pb_utils.Tensor("OUTPUT", total),
+                        pb_utils.Tensor("OUTPUT_STATE", total),
+                    ]
+                )
+            )
         return responses
