@@ -101,6 +101,8 @@ class _Batcher:
 
 
 class SequenceBatcher:
+    """Triton's sequence batcher for one model version: slots per instance, a backlog, idle release."""
+
     def __init__(
         self,
         model_label: str,
