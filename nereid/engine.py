@@ -31,6 +31,7 @@ from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutp
 # Extensions this server implements, named as Triton names them in server metadata.
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
     "statistics",
     "model_configuration",

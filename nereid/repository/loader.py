@@ -15,6 +15,7 @@ from nereid.backends.base import AsyncModelInstance, Backend, ModelInstance
 from nereid.errors import ModelConfigError, NereidError, Unavailable
 from nereid.model_config import ConfigSource, config_from_json, config_to_json, read_config, validate_config
 from nereid.model_config.ensemble import is_ensemble
+from nereid.model_config.sequence import check_sequence_batching, fill_sequence_defaults
 from nereid.repository.ensemble import load_ensemble
 from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, tree_fingerprint, version_folders
@@ -118,6 +119,7 @@ def _complete_config(
         backend.auto_complete(config, latest / config.default_model_filename, settings.default_max_batch_size)
     _fill_defaults(config, backend)
     validate_config(config, config_source, source.name)
+    check_sequence_batching(config)
     if backend.requires_io and not config.input and not config.output:
         raise ModelConfigError(
             f"model '{source.name}': the configuration has no inputs or outputs, and auto-complete "
@@ -167,6 +169,7 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
     if config.HasField("dynamic_batching") and not config.dynamic_batching.preferred_batch_size:
         if config.max_batch_size > 0:  # Triton prefers full batches unless told otherwise
             config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
+    fill_sequence_defaults(config)
     optimization = config.optimization
     if not optimization.HasField("input_pinned_memory"):
         optimization.input_pinned_memory.enable = True
@@ -244,7 +247,9 @@ def _load_version(
         metadata=model_metadata(config, [version]),
         inputs=tensor_specs(config.input),
         outputs=tensor_specs(config.output, labels),
-        scheduler=create_scheduler(f"'{source.name}' version {version}", config, instances, statistics),
+        scheduler=create_scheduler(
+            f"'{source.name}' version {version}", config, instances, statistics, source.path
+        ),
         statistics=statistics,
         output_names=tuple(o.name for o in config.output),
         required_inputs=tuple(i.name for i in config.input if not i.optional),
