@@ -62,7 +62,7 @@ output [
   { name: "BEST" data_type: TYPE_INT64 dims: [1] },
   { name: "BATCH" data_type: TYPE_INT64 dims: [1] }
 ]
-dynamic_batching { max_queue_delay_microseconds: 2000 }
+dynamic_batching { max_queue_delay_microseconds: 500000 }
 """
 
 
@@ -106,10 +106,11 @@ def test_torchscript_with_argument_names_and_batched_requests(
             np.testing.assert_array_equal(outputs["BEST"], expected[1])
             # The three requests ran as one batch of six rows.
             np.testing.assert_array_equal(outputs["BATCH"], [[6]] * len(inputs["x"]))
+        # Through the dynamic batcher: six rows wait less than the queue delay for a batch of eight.
         for inputs, outputs in zip(batches, infer_concurrently(engine, "named", batches), strict=True):
-            np.testing.assert_allclose(
-                outputs["SCORES"], _direct(scripted, inputs["x"], inputs["y"])[0], rtol=1e-6
-            )
+            expected = _direct(scripted, inputs["x"], inputs["y"])
+            np.testing.assert_allclose(outputs["SCORES"], expected[0], rtol=1e-6)
+            np.testing.assert_array_equal(outputs["BATCH"], [[6]] * len(inputs["x"]))
 
 
 def test_exported_program_is_auto_completed(tmp_path: Path) -> None:
