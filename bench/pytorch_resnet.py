@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from _common import free_port, start_nereid, stop, wait_ready
+from onnx_batching import stats_batch_size
 from perf_analyzer import install_perf_analyzer, measure_model
 
 MODEL = "resnet18"
@@ -147,8 +148,10 @@ def main() -> int:
                     f"ratio {ratios[-1]:.2f}",
                     flush=True,
                 )
+            average = stats_batch_size(port, MODEL)
         finally:
             stop(server)
+    print(f"average batch size served (inference_count / execution_count): {average:.1f}")
     ratio = statistics.median(ratios)
     print(
         f"median served / direct (batch {best}): {ratio:.2f}  target 0.85: {'met' if ratio >= 0.85 else 'not met'}"
