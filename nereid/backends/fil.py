@@ -10,6 +10,7 @@ Parameters: `model_type` (xgboost, xgboost_json, xgboost_ubj, lightgbm, treelite
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -165,7 +166,9 @@ class _Forest:
 
 def _xgboost(path: Path) -> tuple[Predict, int]:
     xgboost: Any = importlib.import_module("xgboost")
-    booster = xgboost.Booster(model_file=str(path))
+    with warnings.catch_warnings():  # Triton's `xgboost.model` name tells XGBoost no format: it guesses
+        warnings.simplefilter("ignore", UserWarning)
+        booster = xgboost.Booster(model_file=str(path))
 
     def predict(features: np.ndarray) -> np.ndarray:
         return booster.inplace_predict(features, validate_features=False)  # type: ignore[no-any-return]
