@@ -3,8 +3,9 @@ of its tensors, auto-complete and checks of the config against it, parameters, a
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
@@ -13,6 +14,9 @@ from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Ou
 from nereid.backends.batching import execute_batched
 from nereid.datatypes import config_to_wire, numpy_dtype
 from nereid.errors import ModelConfigError, NereidError, Unavailable
+
+N = TypeVar("N", int, float)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -25,7 +29,9 @@ class ModelTensor:
     shape: tuple[int, ...] | None
 
 
-def execute(requests: Sequence[BackendRequest], run_request) -> list[BackendResult]:  # type: ignore[no-untyped-def]
+def execute(
+    requests: Sequence[BackendRequest], run_request: Callable[[BackendRequest], Outputs]
+) -> list[BackendResult]:
     """Run several requests as one framework call (the helper concatenates and splits them)."""
     if len(requests) == 1:
         try:
@@ -51,7 +57,7 @@ def float_parameter(config: mc.ModelConfig, key: str, default: float) -> float:
     return _number_parameter(config, key, default, float, "a number")
 
 
-def _number_parameter(config: mc.ModelConfig, key: str, default, cast, what: str):  # type: ignore[no-untyped-def]
+def _number_parameter(config: mc.ModelConfig, key: str, default: N, cast: Callable[[str], N], what: str) -> N:
     text = parameters(config).get(key)
     if text is None or text.strip() == "":
         return default
@@ -110,7 +116,7 @@ def complete_io(
     complete_tensors(config.output, [t for t in model_outputs if t.name not in omit_outputs], skip)
 
 
-def complete_tensors(tensors, model_tensors: Iterable[ModelTensor], skip: int) -> None:  # type: ignore[no-untyped-def]
+def complete_tensors(tensors: Any, model_tensors: Iterable[ModelTensor], skip: int) -> None:
     """Add tensors the config lacks; fill data_type/dims of listed ones that leave them out."""
     listed = {t.name: t for t in tensors}
     for model_tensor in model_tensors:
@@ -131,7 +137,7 @@ def complete_tensors(tensors, model_tensors: Iterable[ModelTensor], skip: int) -
 def check_io(
     config: mc.ModelConfig,
     kind: str,
-    tensors,  # type: ignore[no-untyped-def]
+    tensors: Any,  # the config's repeated ModelInput or ModelOutput
     model_tensors: Sequence[ModelTensor],
     require_all: bool,
 ) -> None:
@@ -156,7 +162,7 @@ def check_io(
             )
 
 
-def model_tensor_for(config: mc.ModelConfig, kind: str, name: str, by_name: dict):  # type: ignore[no-untyped-def]
+def model_tensor_for(config: mc.ModelConfig, kind: str, name: str, by_name: dict[str, T]) -> T:
     """The model's tensor that a config tensor names."""
     model_tensor = by_name.get(name)
     if model_tensor is None:
@@ -167,7 +173,9 @@ def model_tensor_for(config: mc.ModelConfig, kind: str, name: str, by_name: dict
     return model_tensor
 
 
-def check_dims(config: mc.ModelConfig, kind: str, tensor, model_shape: Sequence[int]) -> None:  # type: ignore[no-untyped-def]
+def check_dims(
+    config: mc.ModelConfig, kind: str, tensor: mc.ModelInput | mc.ModelOutput, model_shape: Sequence[int]
+) -> None:
     dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
     shape = list(model_shape)
     if config.max_batch_size > 0:
