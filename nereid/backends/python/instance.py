@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from nereid.backends.base import BackendRequest, ExecutionDone, InstanceSpec
-from nereid.backends.python.messages import decode_result, encode_request
+from nereid.backends.python.bls import serve_bls, serve_control
+from nereid.backends.python.messages import decode_inline_result, decode_result, encode_request
 from nereid.backends.python.process import WorkerLaunch, WorkerProcess, exit_description, start_worker
 from nereid.backends.python.worker import wire
+from nereid.backends.responses import ResponseStream
 from nereid.errors import (
     InternalError,
     NereidError,
@@ -97,6 +99,9 @@ class PythonInstance:
         self._inflight: collections.deque[_Execution] = collections.deque()  # oldest first
         self._held: list[_Held] = []
         self._ready_checks: dict[int, asyncio.Future[bool]] = {}
+        self._streams: dict[int, ResponseStream] = {}  # a decoupled model's open requests, by stream id
+        self._stream_ids = itertools.count(1)
+        self._calls: set[asyncio.Task[None]] = set()  # BLS and model control calls being served
         self._reason: str | None = None
         self._failed = False  # the worker died and could not be restarted
         self._closed = False
@@ -165,7 +170,7 @@ class PythonInstance:
         seq = worker.executions
         writer = worker.inputs[seq % wire.PIPELINE_DEPTH]
         try:
-            raw = tuple([encode_request(writer, request) for request in requests])
+            raw = tuple([encode_request(writer, r, self._open_stream(r)) for r in requests])
         except NereidError as exc:
             writer.reset()
             done(exc)
@@ -187,6 +192,21 @@ class PythonInstance:
             # answers have been coming soon enough for it to pay.
             execution.awake_until = execution.sent + self._busy_wait_s
             loop.call_soon(self._keep_awake, execution)
+
+    def _open_stream(self, request: BackendRequest) -> int:
+        """The id under which the worker sends a decoupled request's responses (0: not decoupled)."""
+        stream = request.stream
+        if stream is None:
+            return 0
+        stream_id = next(self._stream_ids)
+        self._streams[stream_id] = stream
+        stream.on_cancel(lambda: self._cancel_stream(stream_id))
+        return stream_id
+
+    def _cancel_stream(self, stream_id: int) -> None:
+        worker = self._worker
+        if worker is not None and stream_id in self._streams:
+            self._write(worker, wire.encode((wire.CANCEL, stream_id)))
 
     def _keep_awake(self, execution: _Execution) -> None:
         if self._inflight and self._inflight[0] is execution and time.perf_counter() < execution.awake_until:
@@ -290,6 +310,17 @@ class PythonInstance:
             execution = self._finish(seq)
             if execution is not None:
                 execution.done(InternalError(message))
+        elif kind == wire.RESPONSE:
+            _, stream_id, final, result = frame
+            stream = self._streams.pop(stream_id) if final else self._streams.get(stream_id)
+            if stream is not None:
+                stream.put(decode_inline_result(result), final)
+        elif kind == wire.BLS or kind == wire.CONTROL:
+            serve = serve_bls if kind == wire.BLS else serve_control
+            loop = worker.loop or asyncio.get_running_loop()
+            task = loop.create_task(serve(frame, lambda answer: self._answer(worker, answer)))
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
         elif kind == wire.LOG:
             worker.log_frame(frame)
         elif kind == wire.READY_STATE:
@@ -299,6 +330,10 @@ class PythonInstance:
             check = self._ready_checks.get(seq)
             if check is not None and not check.done():
                 check.set_result(ready)
+
+    def _answer(self, worker: WorkerProcess, frame: tuple[Any, ...]) -> None:
+        if worker is self._worker:  # a restarted worker has no caller waiting
+            self._write(worker, wire.encode(frame))
 
     def _finish(self, seq: int) -> _Execution | None:
         """The oldest execution in flight, answered now (answers come in order)."""
@@ -402,6 +437,9 @@ class PythonInstance:
             _call_on(loop, done, error)
         for check in self._ready_checks.values():
             _call_on(check.get_loop(), _not_ready, check)
+        streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            _call_on(stream.loop, stream.put, error, True)
 
 
 def _not_ready(check: asyncio.Future[bool]) -> None:
