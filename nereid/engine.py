@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import numpy as np
@@ -126,7 +126,7 @@ class Engine:
             model.request_done()
         return InferResponse(model.name, model.version_text, outputs, request.id)
 
-    def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamEvent]:
+    def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
         """Any number of responses (decoupled models); see nereid.streaming."""
         return infer_stream(self, request)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,7 +42,7 @@ class DecoupledModel(Unsupported):
         super().__init__(f"{endpoint} doesn't support models with decoupled transaction policy")
 
 
-async def infer_stream(engine: Engine, request: InferRequest) -> AsyncIterator[StreamEvent]:
+async def infer_stream(engine: Engine, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
     model = engine.models.get(request.model_name, request.model_version)
     if not model.decoupled:
         yield StreamEvent(await engine.infer(request))

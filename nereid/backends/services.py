@@ -5,7 +5,7 @@ Backends are loaded once per process, before any engine exists, so the engine re
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Protocol
 
 from nereid.errors import Unavailable
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 class ServerServices(Protocol):
-    def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamEvent]: ...
+    def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]: ...
 
     async def load_model(
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
