@@ -15,7 +15,7 @@ import orjson
 
 from nereid.backends import services
 from nereid.backends.python.worker import wire
-from nereid.errors import InvalidArgument, NereidError, unexpected
+from nereid.errors import InvalidArgument, NereidError, NotFound, unexpected
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 log = logging.getLogger("nereid.backends.python")
@@ -42,6 +42,12 @@ async def serve_bls(frame: tuple[Any, ...], reply: Reply) -> None:
                 result = None
             answered = True
             reply((wire.BLS_RESPONSE, call_id, event.final, result))
+    except NotFound as exc:  # no such model or version: Triton's BLS finds it not ready
+        message = (
+            f"Model {model_name} - Error when running inference: Failed for execute the inference request. "
+            f"Model '{model_name}' is not ready."
+        )
+        reply((wire.BLS_RESPONSE, call_id, True, _error(type(exc)(message))))
     except NereidError as exc:
         reply((wire.BLS_RESPONSE, call_id, True, _error(exc)))
     except Exception as exc:

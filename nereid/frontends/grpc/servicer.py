@@ -133,6 +133,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             log.exception("unexpected error serving ModelInfer for model '%s'", request.model_name)
             raise unexpected(exc) from exc
 
+    def _decoupled(self, message: pb.ModelInferRequest) -> bool:
+        try:
+            return self._engine.models.get(message.model_name, message.model_version).decoupled
+        except NereidError:
+            return False  # the request fails, in its turn
+
     async def _stream_call(
         self, message: pb.ModelInferRequest
     ) -> AsyncIterator[pb.ModelStreamInferResponse | Any]:
@@ -162,7 +168,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             for key, value in context.invocation_metadata() or ()
         )
         try:
-            async for response in stream_responses(self._stream_call, request_iterator, strict):
+            responses = stream_responses(self._stream_call, request_iterator, strict, self._decoupled)
+            async for response in responses:
                 yield response
         except NereidError as exc:
             await context.abort(GRPC_STATUS[exc.status], exc.message)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
@@ -56,49 +56,78 @@ async def request_stream(
             yield final_response(pb.ModelInferResponse(model_name=message.model_name, id=message.id))
 
 
+class _Slot:
+    """An ordered request's responses, held until the requests before it are answered."""
+
+    __slots__ = ("items", "done")
+
+    def __init__(self) -> None:
+        self.items: list[pb.ModelStreamInferResponse | _Failure] = []
+        self.done = False
+
+
 async def stream_responses(
-    call: StreamCall, requests: AsyncIterator[pb.ModelInferRequest], strict: bool
+    call: StreamCall,
+    requests: AsyncIterator[pb.ModelInferRequest],
+    strict: bool,
+    decoupled: Callable[[pb.ModelInferRequest], bool] = lambda message: False,
 ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-    """Run the requests of a stream concurrently; yield their responses in request order, as Triton does
-    (a decoupled model's responses to one request as they come, before those of the next request).
+    """Run the requests of a stream concurrently and yield their responses: in request order, as Triton
+    does, except a decoupled model's, which go out as they come, as Triton sends them too.
 
     An error becomes an `error_message` response and the stream goes on, unless `strict` (the client sent
     `triton_grpc_error: true`), where the first error is raised to end the stream with its status.
     """
-    started: asyncio.Queue[asyncio.Queue[pb.ModelStreamInferResponse | _Failure | None] | None]
-    started = asyncio.Queue()
+    out: asyncio.Queue[pb.ModelStreamInferResponse | _Failure | None] = asyncio.Queue()
+    order: collections.deque[_Slot] = collections.deque()  # ordered requests not yet all sent
     running: set[asyncio.Task[None]] = set()
+    reading = True
 
-    async def one(message: pb.ModelInferRequest, out: asyncio.Queue[Any]) -> None:
+    def settle() -> None:
+        while order and order[0].done:
+            for item in order.popleft().items:
+                out.put_nowait(item)
+        if not reading and not running and not order:
+            out.put_nowait(None)  # the end
+
+    async def one(message: pb.ModelInferRequest, slot: _Slot | None) -> None:
+        put = out.put_nowait if slot is None else slot.items.append
         try:
             async for item in call(message):
-                out.put_nowait(item)
+                put(item)
         except NereidError as exc:
-            out.put_nowait(_Failure(exc, message.id))
+            put(_Failure(exc, message.id))
         finally:
-            out.put_nowait(None)
+            if slot is not None:
+                slot.done = True
+
+    def finished(task: asyncio.Task[None]) -> None:
+        running.discard(task)
+        settle()
 
     async def read() -> None:
+        nonlocal reading
         try:
             async for message in requests:
-                out: asyncio.Queue[pb.ModelStreamInferResponse | _Failure | None] = asyncio.Queue()
-                task = asyncio.create_task(one(message, out))
+                slot = None if decoupled(message) else _Slot()
+                if slot is not None:
+                    order.append(slot)
+                task = asyncio.create_task(one(message, slot))
                 running.add(task)
-                task.add_done_callback(running.discard)
-                started.put_nowait(out)
+                task.add_done_callback(finished)
         finally:
-            started.put_nowait(None)  # the end
+            reading = False
+            settle()
 
     reader = asyncio.create_task(read())
     try:
-        while (out := await started.get()) is not None:
-            while (item := await out.get()) is not None:
-                if isinstance(item, _Failure):
-                    if strict:
-                        raise item.error
-                    yield error_response(item.error.message, item.request_id, item.final)
-                else:
-                    yield item
+        while (item := await out.get()) is not None:
+            if isinstance(item, _Failure):
+                if strict:
+                    raise item.error
+                yield error_response(item.error.message, item.request_id, item.final)
+            else:
+                yield item
         await reader  # a failure to read the stream ends the RPC with it
     finally:
         # The client went away or the stream failed: cancel what still runs, so the engine drops it
