@@ -295,3 +295,39 @@ def test_bls_to_a_decoupled_model(server: RunningServer) -> None:
     with pytest.raises(InferenceServerException, match="negative value -3 at index 1"):
         client.infer("bls_repeat", [failing])
     client.close()
+
+
+# model control from Python
+def _control(client: httpclient.InferenceServerClient, action: str, name: str) -> bool:
+    inputs = [httpclient.InferInput("ACTION", [1], "BYTES"), httpclient.InferInput("NAME", [1], "BYTES")]
+    inputs[0].set_data_from_numpy(np.array([action.encode()], dtype=np.object_))
+    inputs[1].set_data_from_numpy(np.array([name.encode()], dtype=np.object_))
+    return bool(client.infer("bls_control", inputs).as_numpy("READY")[0])
+
+
+def test_is_model_ready_from_python(server: RunningServer) -> None:
+    client = httpclient.InferenceServerClient(server.url)
+    assert _control(client, "ready", "add_sub") is True
+    assert _control(client, "ready", "no_such_model") is False
+    with pytest.raises(InferenceServerException, match="explicit model load / unload is not allowed"):
+        _control(client, "load", "add_sub")
+    client.close()
+
+
+def test_load_and_unload_models_from_python(tmp_path: Path) -> None:
+    repository = pipeline_repository(tmp_path / "repository")
+    running = start_nereid(
+        repository, tmp_path / "nereid.log", "--model-control-mode=explicit", "--load-model=bls_control"
+    )
+    try:
+        client = httpclient.InferenceServerClient(running.url)
+        assert not client.is_model_ready("add_sub")
+        assert _control(client, "load", "add_sub") is True
+        assert client.is_model_ready("add_sub")
+        assert _control(client, "unload", "add_sub") is False
+        assert not client.is_model_ready("add_sub")
+        with pytest.raises(InferenceServerException, match="no_such_model"):
+            _control(client, "load", "no_such_model")
+        client.close()
+    finally:
+        stop(running.process)
