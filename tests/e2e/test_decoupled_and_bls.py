@@ -331,3 +331,17 @@ def test_load_and_unload_models_from_python(tmp_path: Path) -> None:
         client.close()
     finally:
         stop(running.process)
+
+
+def test_models_calling_themselves_through_others_do_not_deadlock(server: RunningServer) -> None:
+    # ping and pong have one instance each; every call after the first two comes back to an instance
+    # that waits in a BLS call itself.
+    client = httpclient.InferenceServerClient(server.url, concurrency=4, network_timeout=DEADLINE_S)
+    pending = []
+    for n in (0, 1, 4, 6):
+        tensor = httpclient.InferInput("N", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([n], dtype=np.int32))
+        pending.append((n, client.async_infer("ping", [tensor])))
+    for n, request in pending:
+        assert request.get_result().as_numpy("OUT").tolist() == [n]
+    client.close()

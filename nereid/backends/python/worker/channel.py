@@ -21,6 +21,9 @@ from typing import Callable
 from . import wire
 
 _WAIT_S = 0.02  # how long a waiting thread reads before it lets the main loop have the socket again
+# How long the main thread waits on the server before it runs executions that came meanwhile: enough for
+# most calls to be answered first, so that model code is entered again only when waiting takes long.
+NESTED_AFTER_S = 0.01
 
 
 class Call:
@@ -51,6 +54,8 @@ class Channel:
         self._calls: dict[int, Call] = {}
         self._ids = itertools.count(1)
         self.closed = False
+        # Runs an EXECUTE frame: set by the worker once the model is up.
+        self.nested: Callable[[tuple], None] | None = None
 
     def deliver(self, frames: list[tuple]) -> None:
         """Hand out what was read (call with read_lock held)."""
@@ -81,12 +86,17 @@ class Channel:
 
     def next_frame(self, call: Call, timeout_s: float | None = None) -> tuple | None:
         """The call's next answer frame, waiting for it; None when `timeout_s` passed first."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = None if timeout_s is None else started + timeout_s
+        on_main = threading.current_thread() is threading.main_thread()
         while not call.frames:
             if self.closed:
                 raise ServerGone("the server closed the connection")
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 return None
+            if on_main and now - started >= NESTED_AFTER_S and self._run_nested():
+                continue
             if self.read_lock.acquire(blocking=False):
                 try:
                     if not call.frames:
@@ -97,6 +107,21 @@ class Channel:
                 call.event.wait(_WAIT_S)
             call.event.clear()
         return call.frames.popleft()
+
+    def _run_nested(self) -> bool:
+        """Run the oldest execution that came while the main thread waits in a BLS call. Without this,
+        a model that calls itself through other models with all its instances waiting would wait for
+        ever: the request it waits for would be queued behind its own execution."""
+        nested = self.nested
+        if nested is None:
+            return False
+        frames = self.frames
+        for index, frame in enumerate(frames):
+            if frame[0] == wire.EXECUTE:
+                del frames[index]  # only this thread takes frames out
+                nested(frame)
+                return True
+        return False
 
     def is_cancelled(self, stream_id: int) -> bool:
         if stream_id in self.cancelled:

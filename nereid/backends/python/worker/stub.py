@@ -66,8 +66,9 @@ class Worker:
         self._decoupled = False
         self._model: Any = None
         self._instance_name = ""
-        self._inputs: list[wire.Arena | None] = [None] * wire.PIPELINE_DEPTH  # the server's arenas
-        self._outputs: list[wire.TensorWriter] = []  # ours, one per pipeline slot
+        self._inputs: list[wire.Arena | None] = []  # the server's arenas, by slot
+        self._outputs: list[wire.TensorWriter] = []  # ours, by slot
+        self._arena_size = 0
         self._loop: Any = None  # an asyncio loop, made when model code first returns an awaitable
         self._busy_wait_s = 0.0
         self._gap_s = 0.0  # smoothed wait between the end of one frame's work and the next frame
@@ -165,7 +166,9 @@ class Worker:
         except BaseException as exc:
             self.send((wire.ERROR, describe(exc)))
             return
+        self._arena_size = arena_size
         self._outputs = [wire.TensorWriter(arena_size) for _ in range(wire.PIPELINE_DEPTH)]
+        self._channel.nested = self._execute  # executions that run while model code waits on the server
         self.send((wire.READY, hasattr(self._model, "is_ready")))
 
     def _auto_complete(self, model_file: str, config_json: str) -> None:
@@ -211,8 +214,9 @@ class Worker:
         )
 
     def _execute(self, frame: tuple) -> None:
-        _, seq, new_size, raw_requests = frame
-        slot = seq % wire.PIPELINE_DEPTH
+        _, seq, slot, new_size, raw_requests = frame
+        while len(self._inputs) <= slot:
+            self._inputs.append(None)
         if new_size:
             old = self._inputs[slot]
             if old is not None:
@@ -239,12 +243,14 @@ class Worker:
             self._failed(seq, describe(exc))
             return
         if self._decoupled:
-            self._executed(seq, responses, len(requests))
+            self._executed(seq, slot, responses, len(requests))
             return
         problem = _check_responses(responses, len(requests))
         if problem:
             self._failed(seq, problem)
             return
+        while len(self._outputs) <= slot:
+            self._outputs.append(wire.TensorWriter(self._arena_size))
         writer = self._outputs[slot]
         results: list[tuple[Any, ...]] = []
         try:
@@ -263,9 +269,9 @@ class Worker:
             writer.reset()
             self._failed(seq, describe(exc))
             return
-        self.send((wire.RESULT, seq, new_size, tuple(results)), writer.arena.fd if new_size else -1)
+        self.send((wire.RESULT, seq, slot, new_size, tuple(results)), writer.arena.fd if new_size else -1)
 
-    def _executed(self, seq: int, returned: Any, count: int) -> None:
+    def _executed(self, seq: int, slot: int, returned: Any, count: int) -> None:
         """A decoupled model's execute returned: its responses travel in RESPONSE frames."""
         if returned is not None:
             self._failed(
@@ -274,7 +280,7 @@ class Worker:
                 f"returned {type(returned).__name__}",
             )
             return
-        self.send((wire.RESULT, seq, 0, tuple((True, (), "{}") for _ in range(count))))
+        self.send((wire.RESULT, seq, slot, 0, tuple((True, (), "{}") for _ in range(count))))
 
 
 def _check_responses(responses: Any, count: int) -> str:

@@ -13,9 +13,11 @@ the processes: the kernel frees it when both sides have closed it.
 
 Up to PIPELINE_DEPTH executions are in flight per worker: while the worker runs one, the next one waits
 in its socket, so a busy worker goes from one to the next without sleeping. Each direction has an arena
-per pipeline slot (execution number % PIPELINE_DEPTH). The server sends execution n + DEPTH only after
-it has read the answer to n, and the worker writes that answer's outputs only after it received n + DEPTH:
-so neither side overwrites a slot the other still reads.
+per slot; the server gives each execution the lowest slot that no execution in flight holds, and the
+worker answers in that slot. A slot is given again only once the server has read the answer of the
+execution that held it: so neither side overwrites a slot the other still reads. Slots beyond
+PIPELINE_DEPTH are made when needed: a worker waiting in a BLS call runs a later execution meanwhile
+(see channel.py), so answers may come out of order and more executions be in flight.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 # Frame kinds, server -> worker
 INIT = "init"  # (INIT, model_file, args: dict, arena_size, busy_wait_us) -> READY | ERROR
 AUTO_COMPLETE = "auto_complete"  # (AUTO_COMPLETE, model_file, config_json: str) -> CONFIG | ERROR
-EXECUTE = "execute"  # (EXECUTE, seq, new_arena_size, requests) -> RESULT | FAILED; seq counts 0, 1, ...
+EXECUTE = "execute"  # (EXECUTE, seq, slot, new_arena_size, requests) -> RESULT | FAILED; seq counts 0, 1, ...
 IS_READY = "is_ready"  # (IS_READY, seq) -> READY_STATE
 FINALIZE = "finalize"  # (FINALIZE,) -> FINALIZED, then the worker exits
 CANCEL = "cancel"  # (CANCEL, stream_id): the client of a decoupled model's request went away
@@ -44,7 +46,7 @@ CONTROL_DONE = "control_done"  # (CONTROL_DONE, call_id, ok: bool, value or erro
 READY = "ready"  # (READY, has_is_ready: bool)
 ERROR = "error"  # (ERROR, message): initialize or auto-complete failed
 CONFIG = "config"  # (CONFIG, config_json)
-RESULT = "result"  # (RESULT, seq, new_arena_size, results): one result per request, in order
+RESULT = "result"  # (RESULT, seq, slot, new_arena_size, results): one result per request, in order
 FAILED = "failed"  # (FAILED, seq, message): execute raised or answered wrongly; every request fails
 READY_STATE = "ready_state"  # (READY_STATE, seq, ready: bool, message)
 FINALIZED = "finalized"  # (FINALIZED, error message or "")
