@@ -28,8 +28,11 @@ DEADLINE_S = 20.0
 
 
 def pipeline_repository(root: Path) -> Path:
+    """The test models, and add_sub with dynamic batching: the callee of the BLS models."""
     shutil.copytree(MODELS, root)
     shutil.copytree(ADD_SUB, root / "add_sub")
+    with (root / "add_sub" / "config.pbtxt").open("a") as config:
+        config.write("dynamic_batching { max_queue_delay_microseconds: 20000 }\n")
     return root
 
 
