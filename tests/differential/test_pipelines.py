@@ -81,7 +81,7 @@ def _repeat(
     tensor.contents.int_contents.extend(values)
     if inputs.get("delay", True):
         delay = message.inputs.add(name="DELAY_MS", datatype="INT32", shape=[1])
-        delay.contents.int_contents.append(0)
+        delay.contents.int_contents.append(10)
     if empty_final:
         message.parameters["triton_enable_empty_final_response"].bool_param = True
     return message
@@ -97,15 +97,18 @@ STREAM = [
 ]
 
 
-def test_same_responses_inside_one_stream(servers: Servers) -> None:
-    """Each request's responses, in order; requests' responses interleave as they come, on both."""
+def test_same_responses_in_streams(servers: Servers) -> None:
+    """Each request's responses, in order. One stream per request, and responses some milliseconds
+    apart: Triton 2.51 aborts (a gRPC assertion) when a decoupled model's responses overlap in its
+    stream writer."""
     answers = []
     for target in (servers.triton_grpc, servers.nereid_grpc):
         with grpc.insecure_channel(target) as channel:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             by_request: dict[str, list[Any]] = {}
-            for response in stub.ModelStreamInfer(iter(STREAM), timeout=60):
-                by_request.setdefault(response.infer_response.id, []).append(response)
+            for request in STREAM:
+                for response in stub.ModelStreamInfer(iter([request]), timeout=60):
+                    by_request.setdefault(response.infer_response.id, []).append(response)
             answers.append(by_request)
     triton, nereid = answers
     assert sorted(nereid) == sorted(triton) == sorted(m.id for m in STREAM)

@@ -11,7 +11,9 @@ class TritonPythonModel:
         for request in requests:
             n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
             if n == 0:
-                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([0], np.int32))]))
+                responses.append(
+                    pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([0], np.int32))])
+                )
                 continue
             call = pb_utils.InferenceRequest(
                 model_name=self.other,
