@@ -74,14 +74,14 @@ def test_same_events(servers: Servers, case: dict[str, Any]) -> None:
 
 
 def _repeat(
-    request_id: str, values: list[int], empty_final: bool = True, **inputs: Any
+    request_id: str, values: list[int], empty_final: bool = True, delay_ms: int = 10, **inputs: Any
 ) -> pb.ModelInferRequest:
     message = pb.ModelInferRequest(model_name="repeat", id=request_id)
     tensor = message.inputs.add(name="IN", datatype="INT32", shape=[len(values)])
     tensor.contents.int_contents.extend(values)
     if inputs.get("delay", True):
         delay = message.inputs.add(name="DELAY_MS", datatype="INT32", shape=[1])
-        delay.contents.int_contents.append(10)
+        delay.contents.int_contents.append(delay_ms)
     if empty_final:
         message.parameters["triton_enable_empty_final_response"].bool_param = True
     return message
@@ -93,6 +93,7 @@ STREAM = [
     _repeat("zero", []),
     _repeat("no empty final", [7], empty_final=False),
     _repeat("missing input", [1], delay=False),
+    _repeat("execute raises", [1], delay_ms=-1),
     pb.ModelInferRequest(model_name="nosuch", id="unknown model"),
 ]
 

@@ -133,6 +133,15 @@ def test_grpc_stream_zero_responses_and_errors_in_between(stream: Stream) -> Non
     assert error is None and result.get_response().id == "after"
 
 
+def test_a_failing_execute_ends_the_stream_with_its_error(stream: Stream) -> None:
+    stream.client.async_stream_infer("repeat", repeat_inputs(grpcclient, [1, 2], -1), request_id="raise")
+    result, error = stream.next()
+    assert result is None and "ValueError: DELAY_MS must not be negative" in error.message()
+    stream.client.async_stream_infer("repeat", repeat_inputs(grpcclient, [3]), request_id="after")
+    result, error = stream.next()  # the stream and the model go on
+    assert error is None and result.as_numpy("OUT").tolist() == [3]
+
+
 def test_model_infer_refuses_decoupled_models(server: RunningServer) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     with pytest.raises(

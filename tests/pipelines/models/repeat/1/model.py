@@ -14,6 +14,8 @@ class TritonPythonModel:
         for request in requests:
             values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().copy()
             delay = int(pb_utils.get_input_tensor_by_name(request, "DELAY_MS").as_numpy()[0]) / 1000
+            if delay < 0:
+                raise ValueError("DELAY_MS must not be negative")
             inline = json.loads(request.parameters()).get("inline", False)
             if inline:
                 self.respond(request, values, delay)
