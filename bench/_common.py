@@ -56,9 +56,10 @@ def start(cmd: list[str], name: str, env: dict[str, str] | None = None) -> subpr
 
 
 def start_nereid(
-    port: int, repository: Path = EXAMPLES, grpc_port: int | None = None
+    port: int, repository: Path = EXAMPLES, grpc_port: int | None = None, *extra: str
 ) -> subprocess.Popen[bytes]:
-    """Start Nereid on `repository` serving HTTP on 127.0.0.1:port, and gRPC on grpc_port when given."""
+    """Start Nereid on `repository` serving HTTP on 127.0.0.1:port, and gRPC on grpc_port when given;
+    `extra`: more command-line flags."""
     grpc = ["--grpc-address=127.0.0.1", f"--grpc-port={grpc_port}"] if grpc_port else ["--allow-grpc=false"]
     return start(
         [
@@ -72,6 +73,7 @@ def start_nereid(
             "127.0.0.1",
             *grpc,
             "--allow-metrics=false",
+            *extra,
         ],
         "nereid",
     )

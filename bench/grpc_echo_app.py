@@ -1,8 +1,8 @@
-"""The Python ceiling for gRPC: a bare grpc.aio server that answers ModelInfer for `simple` with a fixed
-response, no model and no checks. It answers ModelMetadata and ModelConfig too, which perf_analyzer reads
+"""The Python ceiling for gRPC: a bare grpc.aio server that answers ModelInfer for one model (`simple`, or
+`add_sub` of the Python examples) with a fixed response, no model and no checks. It answers ModelMetadata and ModelConfig too, which perf_analyzer reads
 before it starts. Same event loop (uvloop) and message limits as Nereid.
 
-    python bench/grpc_echo_app.py PORT
+    python bench/grpc_echo_app.py PORT [simple|add_sub]
 """
 
 from __future__ import annotations
@@ -16,35 +16,57 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-_TENSORS = [("INPUT0", "INT32"), ("INPUT1", "INT32")], [("OUTPUT0", "INT32"), ("OUTPUT1", "INT32")]
-METADATA = pb.ModelMetadataResponse(
-    name="simple",
-    versions=["1"],
-    platform="onnxruntime_onnx",
-    inputs=[
-        pb.ModelMetadataResponse.TensorMetadata(name=n, datatype=d, shape=[-1, 16]) for n, d in _TENSORS[0]
-    ],
-    outputs=[
-        pb.ModelMetadataResponse.TensorMetadata(name=n, datatype=d, shape=[-1, 16]) for n, d in _TENSORS[1]
-    ],
-)
-CONFIG = pb.ModelConfigResponse(
-    config=mc.ModelConfig(
-        name="simple",
-        platform="onnxruntime_onnx",
-        max_batch_size=8,
-        input=[mc.ModelInput(name=n, data_type=mc.TYPE_INT32, dims=[16]) for n, _ in _TENSORS[0]],
-        output=[mc.ModelOutput(name=n, data_type=mc.TYPE_INT32, dims=[16]) for n, _ in _TENSORS[1]],
+# model -> (data type, platform, max_batch_size, its two outputs for INPUT0 = 0..15 and INPUT1 = ones)
+MODELS = {
+    "simple": (
+        "INT32",
+        "onnxruntime_onnx",
+        8,
+        (np.arange(1, 17, dtype="<i4"), np.arange(-1, 15, dtype="<i4")),
+    ),
+    "add_sub": ("FP32", "python", 64, (np.arange(1, 17, dtype="<f4"), np.arange(-1, 15, dtype="<f4"))),
+}
+
+
+def answers(model: str) -> tuple[pb.ModelMetadataResponse, pb.ModelConfigResponse, pb.ModelInferResponse]:
+    """What the server says of `model`, and its one infer response."""
+    datatype, platform, max_batch_size, outputs = MODELS[model]
+    inputs, output_names = ("INPUT0", "INPUT1"), ("OUTPUT0", "OUTPUT1")
+    config_type = mc.DataType.Value(f"TYPE_{datatype}")
+    metadata = pb.ModelMetadataResponse(
+        name=model,
+        versions=["1"],
+        platform=platform,
+        inputs=[
+            pb.ModelMetadataResponse.TensorMetadata(name=n, datatype=datatype, shape=[-1, 16]) for n in inputs
+        ],
+        outputs=[
+            pb.ModelMetadataResponse.TensorMetadata(name=n, datatype=datatype, shape=[-1, 16])
+            for n in output_names
+        ],
     )
-)
-RESPONSE = pb.ModelInferResponse(
-    model_name="simple",
-    model_version="1",
-    outputs=[
-        pb.ModelInferResponse.InferOutputTensor(name=n, datatype=d, shape=[1, 16]) for n, d in _TENSORS[1]
-    ],
-    raw_output_contents=[np.arange(1, 17, dtype="<i4").tobytes(), np.arange(-1, 15, dtype="<i4").tobytes()],
-)
+    config = pb.ModelConfigResponse(
+        config=mc.ModelConfig(
+            name=model,
+            platform=platform,
+            max_batch_size=max_batch_size,
+            input=[mc.ModelInput(name=n, data_type=config_type, dims=[16]) for n in inputs],
+            output=[mc.ModelOutput(name=n, data_type=config_type, dims=[16]) for n in output_names],
+        )
+    )
+    response = pb.ModelInferResponse(
+        model_name=model,
+        model_version="1",
+        outputs=[
+            pb.ModelInferResponse.InferOutputTensor(name=n, datatype=datatype, shape=[1, 16])
+            for n in output_names
+        ],
+        raw_output_contents=[o.tobytes() for o in outputs],
+    )
+    return metadata, config, response
+
+
+METADATA, CONFIG, RESPONSE = answers(sys.argv[2] if len(sys.argv) > 2 else "simple")
 
 
 class EchoServicer(service_pb2_grpc.GRPCInferenceServiceServicer):

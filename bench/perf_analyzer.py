@@ -87,9 +87,16 @@ def measure(
 
 
 def measure_model(
-    binary: Path, lib: Path, model: str, target: list[str], concurrency_range: str, args: argparse.Namespace
+    binary: Path,
+    lib: Path,
+    model: str,
+    target: list[str],
+    concurrency_range: str,
+    args: argparse.Namespace,
+    extra: tuple[str, ...] = (),
 ) -> list[dict[str, str]]:
-    """perf_analyzer on `model` at `target` (its -u/-i flags); one CSV row per concurrency."""
+    """perf_analyzer on `model` at `target` (its -u/-i flags), with `extra` flags; one CSV row per
+    concurrency."""
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib), env.get("LD_LIBRARY_PATH")) if p)
     with tempfile.TemporaryDirectory(prefix="nereid-bench-") as tmp:
@@ -110,6 +117,7 @@ def measure_model(
                 str(args.stability),
                 "-f",
                 str(csv_path),
+                *extra,
             ],
             env=env,
             capture_output=True,

@@ -6,8 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from nereid.settings import API_GROUPS, GrpcOptions, RestrictedApi, ServerSettings
+from nereid.settings import API_GROUPS, GrpcOptions, MetricsConfig, RestrictedApi, ServerSettings
 
 # Triton flags that a later version of Nereid implements. They are accepted so existing command lines
 # keep working, and each one given is reported at start-up as having no effect yet.
@@ -16,7 +17,6 @@ NOT_YET_SUPPORTED = (
     "--http-header-forward-pattern",
     "--reuse-http-port",
     "--grpc-header-forward-pattern",
-    "--metrics-config",
     "--trace-config",
     "--log-info",
     "--log-warning",
@@ -106,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-gpu-metrics", type=_bool, default=True, metavar="BOOL", help="no effect without a GPU"
     )
+    p.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="counter_latencies, summary_latencies (BOOL) or summary_quantiles (Q:ERROR[,Q:ERROR...])",
+    )
     p.add_argument("--allow-client-shm", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS")
     p.add_argument(
@@ -140,6 +147,46 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in NOT_YET_SUPPORTED + NO_EFFECT:
         p.add_argument(flag, action="append", default=None, help=argparse.SUPPRESS)
     return p
+
+
+def _metrics_config(items: Sequence[str]) -> tuple[MetricsConfig, list[str]]:
+    """--metrics-config items, and a warning per key this version does not act on."""
+    values: dict[str, Any] = {}
+    warnings = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"nereid: --metrics-config expects key=value, got '{item}'")
+        if key in ("counter_latencies", "summary_latencies"):
+            try:
+                values[key] = _bool(value)
+            except argparse.ArgumentTypeError as exc:
+                raise SystemExit(f"nereid: --metrics-config {key}: {exc}") from None
+        elif key == "summary_quantiles":
+            values[key] = _quantiles(value)
+        else:
+            warnings.append(f"--metrics-config {key} is not a setting Nereid acts on; it has no effect")
+    return MetricsConfig(**values), warnings
+
+
+def _quantiles(text: str) -> tuple[float, ...]:
+    """`0.5:0.05,0.9:0.01`: quantiles and their allowed errors; the errors are not needed here (the
+    quantiles are computed exactly)."""
+    quantiles = []
+    for pair in text.split(","):
+        quantile, _, error = pair.partition(":")
+        try:
+            q = float(quantile)
+            float(error or "0")
+        except ValueError:
+            q = -1.0
+        if not 0.0 <= q <= 1.0:
+            raise SystemExit(
+                f"nereid: --metrics-config summary_quantiles expects <quantile>:<error>[,...] with quantiles "
+                f"between 0 and 1, got '{text}'"
+            )
+        quantiles.append(q)
+    return tuple(quantiles)
 
 
 def _restricted_api(item: str, flag: str) -> RestrictedApi:
@@ -185,6 +232,8 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
     except ValueError:
         raise SystemExit("nereid: --backend-config=default-max-batch-size needs an integer") from None
     auto_complete = not args.disable_auto_complete_config and args.strict_model_config is not True
+    metrics_config, metrics_warnings = _metrics_config(args.metrics_config)
+    warnings += metrics_warnings
     settings = ServerSettings(
         model_repositories=tuple(Path(p) for p in args.model_repository),
         server_id=args.id,
@@ -201,6 +250,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         metrics_port=args.metrics_port,
         metrics_interval_ms=args.metrics_interval_ms,
         allow_cpu_metrics=args.allow_cpu_metrics,
+        metrics_config=metrics_config,
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_model),
         repository_poll_secs=args.repository_poll_secs,

@@ -14,7 +14,7 @@ from nereid import TRITON_PROTOCOL_VERSION
 from nereid.backends import services
 from nereid.classification import classify
 from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
-from nereid.errors import Unavailable
+from nereid.errors import QueueFull, QueueTimeout, Unavailable
 from nereid.repository import ModelManager, ModelVersion
 from nereid.request_checks import (
     backend_inputs,
@@ -23,6 +23,7 @@ from nereid.request_checks import (
     request_prefix,
     requested_outputs,
 )
+from nereid.scheduling.ensemble import sequence_parameters
 from nereid.settings import ServerSettings
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 from nereid.statistics import RequestTiming
@@ -32,6 +33,7 @@ from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutp
 # Extensions this server implements, named as Triton names them in server metadata.
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
     "statistics",
     "model_configuration",
@@ -47,6 +49,7 @@ class Engine:
         self._settings = settings
         self.models = models
         self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
+        models.members.infer = self.infer  # ensembles run their steps as requests of this engine
         self._live = True
         services.provide(self)  # for model code that calls back into the server (BLS)
 
@@ -113,17 +116,24 @@ class Engine:
                 outputs = [_output_tensor(model, o, results[o.name]) for o in wanted if o.name in results]
                 if in_regions:
                     self._write_shared_memory_outputs(outputs, in_regions)
+            except QueueFull:
+                raise  # refused before it was queued: Triton counts it nowhere
             except BaseException as exc:
-                reason = "CANCELED" if isinstance(exc, asyncio.CancelledError) else "BACKEND"
-                model.statistics.record_failure(time.perf_counter_ns() - start, reason)
+                model.statistics.record_failure(time.perf_counter_ns() - start, _failure_reason(exc))
                 raise
             end = time.perf_counter_ns()
-            # The default scheduler runs each request as an execution of its own.
-            model.statistics.record_request(
-                inputs_batch_size(model, request), end - start, timing, queued - start, end - executed
-            )
+            if timing.batched:  # the batcher recorded the execution it shared with other requests
+                model.statistics.record_batched_request(end - start, timing, queued - start, end - executed)
+            else:  # an execution of its own
+                model.statistics.record_request(
+                    inputs_batch_size(model, request), end - start, timing, queued - start, end - executed
+                )
         finally:
             model.request_done()
+        if model.ensemble:
+            return InferResponse(
+                model.name, model.version_text, outputs, request.id, sequence_parameters(request.parameters)
+            )
         return InferResponse(model.name, model.version_text, outputs, request.id)
 
     def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
@@ -166,9 +176,10 @@ class Engine:
         self._check_explicit()
         await asyncio.to_thread(self.models.load, name, config, files)
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload `name`; with `unload_dependents`, an ensemble's composing models too."""
         self._check_explicit()
-        await asyncio.to_thread(self.models.unload, name)
+        await asyncio.to_thread(self.models.unload, name, unload_dependents)
 
     def _check_explicit(self) -> None:
         if self.models.control_mode != "explicit":
@@ -179,6 +190,12 @@ class Engine:
         self._live = False
         self.models.stop()
         self.shared_memory.close()
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.CancelledError):
+        return "CANCELED"
+    return "REJECTED" if isinstance(exc, QueueTimeout) else "BACKEND"
 
 
 def _output_regions(wanted: Sequence[RequestedOutput]) -> dict[str, SharedMemoryRef]:

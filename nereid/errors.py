@@ -42,6 +42,14 @@ class Unavailable(NereidError):
     status = Status.UNAVAILABLE
 
 
+class QueueFull(Unavailable):
+    """Refused at the door of a full queue; as in Triton, it counts in no statistic."""
+
+
+class QueueTimeout(Unavailable):
+    """Left the queue once its timeout passed; a REJECTED failure in the statistics."""
+
+
 class Unsupported(NereidError):
     status = Status.UNSUPPORTED
 
@@ -64,6 +72,11 @@ class InternalError(NereidError):
 
 class ModelConfigError(InvalidArgument):
     """config.pbtxt could not be parsed or is not valid; the message names file and field."""
+
+
+def request_prefix(request_id: str) -> str:
+    """How Triton starts the message of an error about one request."""
+    return f"[request id: {request_id or '<id_unknown>'}] "
 
 
 def unexpected(exc: Exception) -> InternalError:

@@ -8,13 +8,16 @@ every counter family to `<name>_total`, and dashboards built on Triton query the
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from nereid.engine import Engine
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.repository.model import ModelVersion
-from nereid.statistics import FAILURE_REASONS
+from nereid.settings import MetricsConfig
+from nereid.statistics import FAILURE_REASONS, QUEUE_DELAY_BUCKETS_US
 
 Labels = dict[str, str]
 
@@ -23,16 +26,24 @@ Labels = dict[str, str]
 class Family:
     name: str
     help: str
-    type: str  # "counter" or "gauge"
+    type: str  # "counter", "gauge", "summary" or "histogram"
     samples: list[tuple[Labels, float]] = field(default_factory=list)
+    # samples of summaries and histograms named `<family><suffix>` (`_count`, `_sum`, `_bucket`)
+    suffixed: list[tuple[str, Labels, float]] = field(default_factory=list)
 
     def render(self) -> str:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.type}"]
+        for suffix, labels, value in self.suffixed:
+            lines.append(_sample(self.name + suffix, labels, value))
         for labels, value in self.samples:
-            text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-            number = repr(value) if isinstance(value, float) else str(value)
-            lines.append(f"{self.name}{{{text}}} {number}" if text else f"{self.name} {number}")
+            lines.append(_sample(self.name, labels, value))
         return "\n".join(lines)
+
+
+def _sample(name: str, labels: Labels, value: float) -> str:
+    text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+    number = repr(value) if isinstance(value, float) else str(value)
+    return f"{name}{{{text}}} {number}" if text else f"{name} {number}"
 
 
 def _escape(value: str) -> str:
@@ -110,10 +121,32 @@ class CpuSampler:
         return info["MemTotal"], info["MemTotal"] - info.get("MemAvailable", info.get("MemFree", 0))
 
 
+_SUMMARIES = (
+    ("request", "nv_inference_request_summary_us", "Summary of inference request duration in microseconds"),
+    ("queue", "nv_inference_queue_summary_us", "Summary of inference queuing duration in microseconds"),
+    (
+        "compute_input",
+        "nv_inference_compute_input_summary_us",
+        "Summary of compute input duration in microseconds",
+    ),
+    (
+        "compute_infer",
+        "nv_inference_compute_infer_summary_us",
+        "Summary of compute inference duration in microseconds",
+    ),
+    (
+        "compute_output",
+        "nv_inference_compute_output_summary_us",
+        "Summary of compute output duration in microseconds",
+    ),
+)
+
+
 class MetricsExporter:
-    def __init__(self, engine: Engine, cpu_metrics: bool = True) -> None:
+    def __init__(self, engine: Engine, cpu_metrics: bool = True, config: MetricsConfig | None = None) -> None:
         self._engine = engine
         self._cpu = CpuSampler() if cpu_metrics else None
+        self._config = config or MetricsConfig()
 
     async def sample_forever(self, interval_s: float) -> None:
         """Refresh the gauges Triton refreshes on --metrics-interval-ms."""
@@ -125,12 +158,13 @@ class MetricsExporter:
 
     def families(self) -> list[Family]:
         models = self._engine.models.loaded()
-        families = [Family(name, text, "counter") for name, text in _COUNTERS[:1]]
+        counters = _COUNTERS if self._config.counter_latencies else _COUNTERS[:3]
+        families = [Family(name, text, "counter") for name, text in counters[:1]]
         failure = Family(
             "nv_inference_request_failure", "Number of failed inference requests, all batch sizes", "counter"
         )
         families.append(failure)
-        families += [Family(name, text, "counter") for name, text in _COUNTERS[1:]]
+        families += [Family(name, text, "counter") for name, text in counters[1:]]
         pending = Family(
             "nv_inference_pending_request_count",
             "Instantaneous number of pending requests awaiting execution per-model.",
@@ -140,12 +174,35 @@ class MetricsExporter:
         for model in models:
             labels = _labels(model)
             for name, value in _counter_values(model).items():
-                by_name[name].samples.append((labels, value))
+                if name in by_name:
+                    by_name[name].samples.append((labels, value))
             for reason in FAILURE_REASONS:
                 failure.samples.append(({**labels, "reason": reason}, model.statistics.failures[reason]))
             pending.samples.append((labels, model.scheduler.pending()))
         families.append(pending)
         families += self._cpu_families()
+        families += self._summary_families(models)
+        families += _batching_families(models)
+        return families
+
+    def _summary_families(self, models: list[ModelVersion]) -> list[Family]:
+        if not self._config.summary_latencies:
+            return []
+        quantiles = self._config.summary_quantiles
+        now = time.monotonic()
+        families = []
+        for key, name, text in _SUMMARIES:
+            family = Family(name, text, "summary")
+            for model in models:
+                summaries = model.statistics.summaries
+                if summaries is None:
+                    continue
+                window = summaries.windows[key]
+                labels = _labels(model)
+                family.suffixed += [("_count", labels, window.count), ("_sum", labels, window.sum)]
+                for quantile, value in zip(quantiles, window.quantiles(quantiles, now), strict=True):
+                    family.samples.append(({**labels, "quantile": repr(quantile)}, value))
+            families.append(family)
         return families
 
     def _cpu_families(self) -> Iterable[Family]:
@@ -174,6 +231,56 @@ class MetricsExporter:
 
     def render(self) -> bytes:
         return ("\n".join(f.render() for f in self.families()) + "\n").encode()
+
+
+def _batching_families(models: list[ModelVersion]) -> list[Family]:
+    """Nereid's own histograms, which show why batches are small: how large each execution was, and how
+    long requests waited in the queue for one (see docs/batching.md)."""
+    sizes = Family(
+        "nereid_inference_batch_size",
+        "Batch size of each model execution (elements along the batch dimension)",
+        "histogram",
+    )
+    delays = Family(
+        "nereid_inference_queue_delay_us",
+        "Time each successful request waited in the scheduler's queue, in microseconds",
+        "histogram",
+    )
+    for model in models:
+        labels = _labels(model)
+        s = model.statistics
+        executions = s.batch_executions()
+        bounds = [1]
+        while bounds[-1] < max(model.max_batch_size, max(executions, default=1)):
+            bounds.append(bounds[-1] * 2)
+        sizes.suffixed += _buckets(
+            labels,
+            bounds,
+            [sum(n for size, n in executions.items() if size <= b) for b in bounds],
+            sum(executions.values()),
+            s.inference_count,
+            s.execution_count,
+        )
+        cumulative = list(itertools.accumulate(s.queue_delays))
+        delays.suffixed += _buckets(
+            labels,
+            list(QUEUE_DELAY_BUCKETS_US),
+            cumulative[:-1],
+            cumulative[-1],
+            s.queue.ns // 1000,
+            s.queue.count,
+        )
+    return [sizes, delays]
+
+
+def _buckets(
+    labels: Labels, bounds: list[int], cumulative: list[int], total: int, sum_: float, count: int
+) -> list[tuple[str, Labels, float]]:
+    rows: list[tuple[str, Labels, float]] = [
+        ("_bucket", {**labels, "le": str(bound)}, n) for bound, n in zip(bounds, cumulative, strict=True)
+    ]
+    rows += [("_bucket", {**labels, "le": "+Inf"}, total), ("_sum", labels, sum_), ("_count", labels, count)]
+    return rows
 
 
 def _labels(model: ModelVersion) -> Labels:

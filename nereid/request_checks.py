@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest
-from nereid.errors import InvalidArgument
+from nereid.errors import InvalidArgument, request_prefix
 from nereid.repository.model import ModelVersion
 from nereid.types import InferRequest, InferTensor, RequestedOutput
 
@@ -27,10 +27,6 @@ _BATCH_NOTE = (
 RESERVED_PARAMETERS = frozenset(
     ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
 )
-
-
-def request_prefix(request_id: str) -> str:
-    return f"[request id: {request_id or '<id_unknown>'}] "
 
 
 def _shape_text(shape: Sequence[int]) -> str:
@@ -161,6 +157,7 @@ def backend_request(
     )
     correlation_id = parameters.get("sequence_id", 0)
     timeout = parameters.get("timeout", 0)
+    priority = parameters.get("priority", 0)
     return BackendRequest(
         inputs,
         outputs,
@@ -169,4 +166,5 @@ def backend_request(
         correlation_id if isinstance(correlation_id, (int, str)) else 0,
         flags,
         timeout if isinstance(timeout, int) else 0,
+        priority if isinstance(priority, int) else 0,
     )

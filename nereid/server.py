@@ -100,7 +100,7 @@ async def _serve(engine: Engine, settings: ServerSettings) -> int:
                 ) from None
             log.info("Started HTTPService at %s:%d", settings.http_address, http.port)
         if settings.allow_metrics:
-            exporter = MetricsExporter(engine, settings.allow_cpu_metrics)
+            exporter = MetricsExporter(engine, settings.allow_cpu_metrics, settings.metrics_config)
             metrics = HttpServer(partial(handle_metrics, exporter), error_response, 64 * 1024)
             try:
                 await metrics.start(settings.metrics_address, settings.metrics_port)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nereid.latency_summary import DEFAULT_QUANTILES
+
 # API groups that --http-restricted-api / --grpc-restricted-protocol can put behind a header.
 API_GROUPS = (
     "health",
@@ -50,6 +52,15 @@ class GrpcOptions:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """`--metrics-config key=value` settings, with Triton's defaults."""
+
+    counter_latencies: bool = True  # the nv_inference_*_duration_us counters
+    summary_latencies: bool = False  # the nv_inference_*_summary_us summaries
+    summary_quantiles: tuple[float, ...] = tuple(q for q, _ in DEFAULT_QUANTILES)
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     model_repositories: tuple[Path, ...]
     server_id: str = "triton"
@@ -72,6 +83,7 @@ class ServerSettings:
     metrics_port: int = 8002
     metrics_interval_ms: int = 2000
     allow_cpu_metrics: bool = True
+    metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
     # repository and models
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()

@@ -6,13 +6,34 @@ handful of integer additions, cheap next to any inference.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from nereid.latency_summary import LatencySummaries
+
 # Triton's failure reasons, as the `reason` label of nv_inference_request_failure
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+# Upper bounds, in microseconds, of the queue-delay histogram the metrics export (the last bucket, +Inf,
+# is implicit): from "no wait" to the delays a badly tuned max_queue_delay produces.
+QUEUE_DELAY_BUCKETS_US = (
+    50,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    500_000,
+    1_000_000,
+)
 
 
 @dataclass(slots=True)
@@ -21,6 +42,7 @@ class RequestTiming:
 
     queue_ns: int = 0
     infer_ns: int = 0
+    batched: bool = False  # the scheduler recorded the execution itself (it ran with other requests)
 
 
 @dataclass(slots=True)
@@ -46,8 +68,10 @@ class _BatchStats:
 class ModelStatistics:
     """What Triton reports for one model version: requests, executions and where their time went."""
 
-    def __init__(self) -> None:
+    def __init__(self, summaries: bool = False) -> None:
         self._lock = threading.Lock()
+        # quantiles of each latency, when --metrics-config summary_latencies=true asks for them
+        self.summaries = LatencySummaries() if summaries else None
         self.last_inference_ms = 0  # wall clock, milliseconds since the epoch
         self.inference_count = 0  # batch elements inferred
         self.execution_count = 0  # model executions (one per batch)
@@ -59,6 +83,7 @@ class ModelStatistics:
         self.compute_infer = Duration()
         self.compute_output = Duration()
         self._batches: dict[int, _BatchStats] = {}
+        self.queue_delays = [0] * (len(QUEUE_DELAY_BUCKETS_US) + 1)  # requests per bucket, not cumulative
 
     def record_request(
         self, batch_size: int, request_ns: int, timing: RequestTiming, input_ns: int, output_ns: int
@@ -89,12 +114,52 @@ class ModelStatistics:
             batch.compute_infer.ns += infer_ns
             batch.compute_output.count += 1
             batch.compute_output.ns += output_ns
+            self.queue_delays[bisect.bisect_left(QUEUE_DELAY_BUCKETS_US, queue_ns / 1000)] += 1
+            if self.summaries is not None:
+                self.summaries.observe(request_ns, queue_ns, input_ns, infer_ns, output_ns)
+
+    def record_batched_request(
+        self, request_ns: int, timing: RequestTiming, input_ns: int, output_ns: int
+    ) -> None:
+        """A request that ran in an execution the scheduler records with `record_execution`."""
+        with self._lock:
+            self.last_inference_ms = time.time_ns() // 1_000_000
+            self.success.add(request_ns)
+            self.queue.add(timing.queue_ns)
+            self.compute_input.add(input_ns)
+            self.compute_infer.add(timing.infer_ns)
+            self.compute_output.add(output_ns)
+            self._count_queue_delay(timing.queue_ns)
+            if self.summaries is not None:
+                self.summaries.observe(request_ns, timing.queue_ns, input_ns, timing.infer_ns, output_ns)
+
+    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One execution of a batch of `batch_size` elements, however many requests it held."""
+        with self._lock:
+            self.execution_count += 1
+            self.inference_count += batch_size
+            batch = self._batches.get(batch_size)
+            if batch is None:
+                batch = self._batches[batch_size] = _BatchStats()
+            batch.compute_input.add(input_ns)
+            batch.compute_infer.add(infer_ns)
+            batch.compute_output.add(output_ns)
+
+    def _count_queue_delay(self, queue_ns: int) -> None:
+        self.queue_delays[bisect.bisect_left(QUEUE_DELAY_BUCKETS_US, queue_ns / 1000)] += 1
+
+    def batch_executions(self) -> dict[int, int]:
+        """Executions per batch size."""
+        with self._lock:
+            return {size: b.compute_infer.count for size, b in sorted(self._batches.items())}
 
     def record_failure(self, request_ns: int, reason: str) -> None:
         with self._lock:
             self.last_inference_ms = time.time_ns() // 1_000_000
             self.fail.add(request_ns)
             self.failures[reason] += 1
+            if self.summaries is not None:
+                self.summaries.observe_failure(request_ns)
 
     def to_json(self, name: str, version: str) -> dict[str, Any]:
         """One entry of `model_stats`, keys in Triton's order."""

@@ -62,6 +62,9 @@ def test_flags_of_later_versions_are_reported_not_ignored() -> None:
             "--grpc-server-key=k",
         ],
         ["--model-repository=/a", "--grpc-infer-response-compression-level=max"],
+        ["--model-repository=/a", "--metrics-config=summary_latencies=maybe"],
+        ["--model-repository=/a", "--metrics-config=summary_quantiles=0.5:0.05,1.5:0.01"],
+        ["--model-repository=/a", "--metrics-config=summary_latencies"],
     ],
 )
 def test_unsupported_or_malformed_flags_stop_the_server(argv: list[str]) -> None:
@@ -124,4 +127,25 @@ def test_grpc_flags() -> None:
     assert warnings == [
         "--grpc-infer-allocation-pool-size sizes a thread or memory pool of Triton's that Nereid does not "
         "have; it has no effect"
+    ]
+
+
+def test_metrics_config() -> None:
+    settings, warnings = parse_settings(["--model-repository=/a"])
+    assert settings.metrics_config.counter_latencies and not settings.metrics_config.summary_latencies
+    assert settings.metrics_config.summary_quantiles == (0.5, 0.9, 0.95, 0.99)
+    settings, warnings = parse_settings(
+        [
+            "--model-repository=/a",
+            "--metrics-config=summary_latencies=true",
+            "--metrics-config=counter_latencies=false",
+            "--metrics-config=summary_quantiles=0.5:0.05,0.999:0.0001",
+            "--metrics-config=histogram_latencies=true",
+        ]
+    )
+    config = settings.metrics_config
+    assert config.summary_latencies and not config.counter_latencies
+    assert config.summary_quantiles == (0.5, 0.999)
+    assert warnings == [
+        "--metrics-config histogram_latencies is not a setting Nereid acts on; it has no effect"
     ]

@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 
 from nereid.metrics import Family, MetricsExporter
 from nereid.server import build_engine
-from nereid.settings import ServerSettings
+from nereid.settings import MetricsConfig, ServerSettings
 from nereid.types import InferRequest, InferTensor
 from tests.conftest import EXAMPLES, free_port, start_nereid, stop
 
@@ -52,6 +52,55 @@ def test_statistics_and_metrics_after_requests() -> None:
         assert samples['nv_inference_pending_request_count{model="simple",version="1"}'] == 0
         duration_us = stats["inference_stats"]["success"]["ns"] // 1000
         assert samples['nv_inference_request_duration_us{model="simple",version="1"}'] == duration_us
+    finally:
+        engine.shutdown()
+
+
+def test_summaries_replace_counters_when_configured() -> None:
+    settings = ServerSettings(
+        model_repositories=(EXAMPLES,),
+        metrics_config=MetricsConfig(
+            counter_latencies=False, summary_latencies=True, summary_quantiles=(0.5, 1.0)
+        ),
+    )
+    engine = build_engine(settings)
+    try:
+        for rows in (1, 2, 3):
+            asyncio.run(engine.infer(_request(rows)))
+        (stats,) = engine.statistics("simple")["model_stats"]
+        text = MetricsExporter(engine, config=settings.metrics_config).render().decode()
+        samples = _samples(text)
+        assert (
+            "nv_inference_request_duration_us" not in text
+            and "nv_inference_compute_infer_duration_us" not in text
+        )
+        assert samples['nv_inference_count{model="simple",version="1"}'] == 6  # counts stay
+        assert "# TYPE nv_inference_compute_infer_summary_us summary" in text
+        for family in ("request", "queue", "compute_input", "compute_infer", "compute_output"):
+            assert samples[f'nv_inference_{family}_summary_us_count{{model="simple",version="1"}}'] == 3
+        infer_sum = samples['nv_inference_compute_infer_summary_us_sum{model="simple",version="1"}']
+        assert infer_sum == pytest.approx(stats["inference_stats"]["compute_infer"]["ns"] / 1000)
+        median = samples['nv_inference_compute_infer_summary_us{model="simple",quantile="0.5",version="1"}']
+        largest = samples['nv_inference_compute_infer_summary_us{model="simple",quantile="1.0",version="1"}']
+        assert 0 < median <= largest <= infer_sum
+    finally:
+        engine.shutdown()
+
+
+def test_batch_size_and_queue_delay_histograms() -> None:
+    engine = build_engine(ServerSettings(model_repositories=(EXAMPLES,)))
+    try:
+        for rows in (1, 1, 3):
+            asyncio.run(engine.infer(_request(rows)))
+        samples = _samples(MetricsExporter(engine).render().decode())
+        label = 'model="simple",version="1"'
+        buckets = {le: samples[f'nereid_inference_batch_size_bucket{{le="{le}",{label}}}'] for le in "1248"}
+        assert buckets == {"1": 2, "2": 2, "4": 3, "8": 3}  # `simple` has max_batch_size 8
+        assert samples[f'nereid_inference_batch_size_bucket{{le="+Inf",{label}}}'] == 3
+        assert samples[f"nereid_inference_batch_size_sum{{{label}}}"] == 5
+        assert samples[f"nereid_inference_batch_size_count{{{label}}}"] == 3
+        assert samples[f"nereid_inference_queue_delay_us_count{{{label}}}"] == 3
+        assert samples[f'nereid_inference_queue_delay_us_bucket{{le="+Inf",{label}}}'] == 3
     finally:
         engine.shutdown()
 

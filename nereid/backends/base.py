@@ -55,6 +55,7 @@ class BackendRequest:
     correlation_id: int | str = 0  # the `sequence_id` parameter
     flags: int = 0  # SEQUENCE_START | SEQUENCE_END
     timeout_us: int = 0  # the `timeout` parameter; 0: none
+    priority: int = 0  # the `priority` parameter; 0: the model's default level
     stream: ResponseStream | None = None  # a decoupled model's responses go there, not to the result
 
 

@@ -14,6 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
 from nereid.backends.batching import execute_batched
 from nereid.errors import InternalError, InvalidArgument, ModelConfigError, NereidError, Unavailable
+from nereid.model_config.sequence import state_outputs, supplied_inputs
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +65,16 @@ class OnnxRuntimeBackend:
                 if not config.HasField("sequence_batching") and not config.HasField("dynamic_batching"):
                     config.dynamic_batching.SetInParent()
         skip = 1 if config.max_batch_size > 0 else 0
-        _complete_tensors(config.input, model_inputs, skip)
-        _complete_tensors(config.output, model_outputs, skip)
+        # The sequence batcher supplies control and state inputs; state outputs stay out unless listed.
+        supplied, states = supplied_inputs(config), state_outputs(config)
+        _complete_tensors(config.input, [t for t in model_inputs if t.name not in supplied], skip)
+        _complete_tensors(config.output, [t for t in model_outputs if t.name not in states], skip)
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
         session = _metadata_session(model_file)
-        _check_against_model("input", config.input, session.get_inputs(), config, require_all=True)
+        supplied = supplied_inputs(config)
+        model_inputs = [t for t in session.get_inputs() if t.name not in supplied]
+        _check_against_model("input", config.input, model_inputs, config, require_all=True)
         _check_against_model("output", config.output, session.get_outputs(), config, require_all=False)
 
     def create_instance(self, spec: InstanceSpec) -> OnnxRuntimeInstance:

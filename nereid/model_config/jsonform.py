@@ -18,6 +18,9 @@ _INT64_TYPES = {
     FieldDescriptor.TYPE_SFIXED64,
 }
 
+# 64-bit fields Triton leaves quoted: its printer unquotes a fixed list of fields, and these are not on it.
+_QUOTED = frozenset({"inference.ModelSequenceBatching.InitialState.dims"})
+
 
 def config_to_json(config: mc.ModelConfig) -> dict[str, Any]:
     """All fields, in declaration order, with their proto names; int64 fields as JSON numbers, as Triton
@@ -61,7 +64,7 @@ def _value(value: Any, field: FieldDescriptor) -> Any:
 def _scalar_or_message(value: Any, field: FieldDescriptor) -> Any:
     if field.message_type is not None:
         return _normalize(value, field.message_type)
-    return int(value) if field.type in _INT64_TYPES else value
+    return int(value) if field.type in _INT64_TYPES and field.full_name not in _QUOTED else value
 
 
 def _is_repeated(field: FieldDescriptor) -> bool:

@@ -14,10 +14,15 @@ from nereid.backends import BACKEND_PLATFORMS, InstanceSpec, backend_name, get_b
 from nereid.backends.base import AsyncModelInstance, Backend, ModelInstance
 from nereid.errors import ModelConfigError, NereidError, Unavailable
 from nereid.model_config import ConfigSource, config_from_json, config_to_json, read_config, validate_config
+from nereid.model_config.ensemble import is_ensemble
+from nereid.model_config.sequence import check_sequence_batching, fill_sequence_defaults
+from nereid.repository.ensemble import load_ensemble
 from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, tree_fingerprint, version_folders
 from nereid.scheduling import create_scheduler
+from nereid.scheduling.ensemble import EnsembleMembers
 from nereid.settings import ServerSettings
+from nereid.statistics import ModelStatistics
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,7 @@ class LoadResult:
     name: str
     versions: dict[int, ModelVersion]
     failures: dict[int | None, str]  # None: the model as a whole failed (config, backend, ...)
+    members: frozenset[str] | None = None  # an ensemble's composing models; None: not an ensemble
 
 
 def load_model(
@@ -36,9 +42,11 @@ def load_model(
     settings: ServerSettings,
     config_override: str | None = None,
     serving: Mapping[int, ModelVersion] | None = None,
+    members: EnsembleMembers | None = None,
 ) -> LoadResult:
     """Load the versions the policy selects. `config_override` is a JSON ModelConfig that replaces
-    config.pbtxt; a version in `serving` whose config, files and labels are unchanged is kept as is."""
+    config.pbtxt; a version in `serving` whose config, files and labels are unchanged is kept as is.
+    Ensembles load only given `members`, the composing models they are checked against and call."""
     result = LoadResult(source.name, {}, {})
     if source.duplicate_of is not None:
         result.failures[None] = (
@@ -47,7 +55,11 @@ def load_model(
         )
         return result
     try:
-        config, backend, folders = _complete_config(source, settings, config_override)
+        config, config_source = _source_config(source, settings, config_override)
+        if members is not None and is_ensemble(config):
+            load_ensemble(source, config, config_source, members, result, serving)
+            return result
+        config, backend, folders = _complete_config(source, config, config_source, settings)
         labels = _read_labels(source.path, config)
     except NereidError as exc:
         result.failures[None] = exc.message
@@ -80,13 +92,17 @@ def load_model(
     return result
 
 
-def _complete_config(
+def _source_config(
     source: ModelSource, settings: ServerSettings, config_override: str | None
-) -> tuple[mc.ModelConfig, Backend, dict[int, Path]]:
+) -> tuple[mc.ModelConfig, ConfigSource]:
     if config_override is None:
-        config, config_source = read_config(source.path, settings.model_config_name)
-    else:
-        config, config_source = _parse_override(source.name, config_override)
+        return read_config(source.path, settings.model_config_name)
+    return _parse_override(source.name, config_override)
+
+
+def _complete_config(
+    source: ModelSource, config: mc.ModelConfig, config_source: ConfigSource, settings: ServerSettings
+) -> tuple[mc.ModelConfig, Backend, dict[int, Path]]:
     if not config.name:
         config.name = source.name
     folders = version_folders(source.path)
@@ -103,6 +119,7 @@ def _complete_config(
         backend.auto_complete(config, latest / config.default_model_filename, settings.default_max_batch_size)
     _fill_defaults(config, backend)
     validate_config(config, config_source, source.name)
+    check_sequence_batching(config)
     if backend.requires_io and not config.input and not config.output:
         raise ModelConfigError(
             f"model '{source.name}': the configuration has no inputs or outputs, and auto-complete "
@@ -128,12 +145,16 @@ def _parse_override(name: str, text: str) -> tuple[mc.ModelConfig, ConfigSource]
     return config, ConfigSource(None, text, label="the 'config' parameter of the load request")
 
 
+# Backends whose CPU instance groups default to two instances, as in Triton.
+_TWO_CPU_INSTANCES = ("onnxruntime", "tensorflow")
+
+
 def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
     """Fields Triton fills in on every loaded config, so /config shows the same values."""
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     if not config.instance_group:  # the default group takes the model's name; listed ones, "<model>_<index>"
-        config.instance_group.add(name=config.name, kind=mc.ModelInstanceGroup.KIND_AUTO, count=1)
+        config.instance_group.add(name=config.name, kind=mc.ModelInstanceGroup.KIND_AUTO)
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
@@ -142,10 +163,13 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
                 mc.ModelInstanceGroup.KIND_GPU if backend.gpu_available() else mc.ModelInstanceGroup.KIND_CPU
             )
         if group.count == 0:
-            group.count = 1
+            # Triton's default: two CPU instances for the backends that run well side by side, else one.
+            cpu = group.kind == mc.ModelInstanceGroup.KIND_CPU
+            group.count = 2 if cpu and backend.name in _TWO_CPU_INSTANCES else 1
     if config.HasField("dynamic_batching") and not config.dynamic_batching.preferred_batch_size:
         if config.max_batch_size > 0:  # Triton prefers full batches unless told otherwise
             config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
+    fill_sequence_defaults(config)
     optimization = config.optimization
     if not optimization.HasField("input_pinned_memory"):
         optimization.input_pinned_memory.enable = True
@@ -214,6 +238,7 @@ def _load_version(
         for instance in instances:
             instance.close()
         raise
+    statistics = ModelStatistics(summaries=settings.metrics_config.summary_latencies)
     return ModelVersion(
         name=source.name,
         version=version,
@@ -222,7 +247,10 @@ def _load_version(
         metadata=model_metadata(config, [version]),
         inputs=tensor_specs(config.input),
         outputs=tensor_specs(config.output, labels),
-        scheduler=create_scheduler(f"'{source.name}' version {version}", config, instances),
+        scheduler=create_scheduler(
+            f"'{source.name}' version {version}", config, instances, statistics, source.path
+        ),
+        statistics=statistics,
         output_names=tuple(o.name for o in config.output),
         required_inputs=tuple(i.name for i in config.input if not i.optional),
         fingerprint=fingerprint,

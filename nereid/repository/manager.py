@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from nereid.errors import InvalidArgument, NotFound, Unavailable
+from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members
 from nereid.repository.loader import LoadResult, load_model
 from nereid.repository.model import ModelVersion
 from nereid.repository.scan import ModelSource, discover, tree_fingerprint
 from nereid.repository.uploads import check_model_name, remove_model_folder, write_model_folder
+from nereid.scheduling.ensemble import EnsembleMembers
 from nereid.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,11 @@ class ModelManager:
         self._polled: dict[str, str] = {}  # poll mode: the folder fingerprint last acted on
         self._stopping = threading.Event()
         self._poller: threading.Thread | None = None
+        # Ensembles reach their composing models through this; the engine binds its `infer`.
+        self.members = EnsembleMembers(self.get)
+        self._ensembles: dict[str, frozenset[str]] = {}  # ensemble -> the models its steps call
+        self._cascaded: set[str] = set()  # ensembles unloaded because a composing model was
+        self._chain = threading.local()  # models this thread is loading or unloading (no recursion)
 
     @property
     def control_mode(self) -> str:
@@ -105,6 +112,7 @@ class ModelManager:
             self.load_all()
             return
         sources = discover(list(self._settings.model_repositories))
+        wanted = with_ensemble_members(wanted, sources, self._settings)  # Triton loads them too
         for name in wanted:
             if name not in sources:
                 self._models[name] = _ModelEntry(name, failures={None: _no_folder(name)})
@@ -112,13 +120,22 @@ class ModelManager:
         self._load_sources([sources[name] for name in wanted if name in sources])
 
     def _load_sources(self, sources: list[ModelSource]) -> None:
+        # As Triton does: ensembles after every other model, one at a time, each after those it calls.
+        plain, ensembles = order_for_loading(sources, self._settings)
         workers = max(1, self._settings.model_load_thread_count)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="model-load") as pool:
-            results = list(pool.map(lambda s: (s, load_model(s, self._settings)), sources))
+            results = list(pool.map(lambda s: (s, load_model(s, self._settings)), plain))
         for source, result in results:
-            _log_failures(result)
-            self._models[result.name] = _ModelEntry(result.name, result.versions, result.failures)
-            self._polled[result.name] = tree_fingerprint(source.path)
+            self._register_loaded(source, result)
+        for source in ensembles:
+            self._register_loaded(source, load_model(source, self._settings, members=self.members))
+
+    def _register_loaded(self, source: ModelSource, result: LoadResult) -> None:
+        _log_failures(result)
+        self._models[result.name] = _ModelEntry(result.name, result.versions, result.failures)
+        self._polled[result.name] = tree_fingerprint(source.path)
+        if result.members is not None:
+            self._ensembles[result.name] = result.members
 
     def stop(self) -> None:
         self._stopping.set()
@@ -134,8 +151,22 @@ class ModelManager:
 
     # load and unload (blocking: call from a worker thread, never from the event loop)
     def load(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
-        """Load or reload `name`; raises with the reason when it fails, the serving versions untouched."""
+        """Load or reload `name`; raises with the reason when it fails, the serving versions untouched.
+        An ensemble's composing models load first where not loaded yet (explicit mode), and the ensembles
+        that call `name` reload after it, so that they are checked against it as it is now."""
         check_model_name(name)
+        chain = self._chain_set()
+        if name in chain:
+            return
+        chain.add(name)
+        try:
+            self._load_members_first(name, files)
+            self._load(name, config, files)
+        finally:
+            self._reload_dependents(name)
+            chain.discard(name)
+
+    def _load(self, name: str, config: str | None, files: dict[str, bytes] | None) -> None:
         if files and config is None:
             raise InvalidArgument(
                 f"load of model '{name}': file parameters need a 'config' parameter too (the model's "
@@ -149,7 +180,7 @@ class ModelManager:
             reusable = current.versions if current is not None and current.uploaded == uploaded else None
             self._transitions[name] = ModelState.LOADING
             try:
-                result = load_model(source, self._settings, config, reusable)
+                result = load_model(source, self._settings, config, reusable, self.members)
             except BaseException:
                 if uploaded is not None:
                     remove_model_folder(uploaded)
@@ -157,7 +188,9 @@ class ModelManager:
             finally:
                 del self._transitions[name]
             _log_failures(result)
-            if result.failures and current is not None and current.versions:
+            # An ensemble failing its checks against members as they are now cannot keep serving either.
+            keep_serving = result.members is None or None not in result.failures
+            if result.failures and current is not None and current.versions and keep_serving:
                 self._discard(result, keep=current.versions.values())
                 if uploaded is not None:
                     remove_model_folder(uploaded)
@@ -165,13 +198,41 @@ class ModelManager:
                     _load_failed(name, result) + "; the versions already loaded keep serving"
                 )
             self._models[name] = _ModelEntry(name, result.versions, result.failures, uploaded=uploaded)
+            self._cascaded.discard(name)
+            if result.members is not None:
+                self._ensembles[name] = result.members
             if current is not None:
                 self._retire(current, keep=result.versions.values())
             if result.failures:
                 raise InvalidArgument(_load_failed(name, result))
 
-    def unload(self, name: str) -> None:
-        """Stop serving `name` once the requests it holds are answered. Unknown names are not an error."""
+    def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Stop serving `name` once the requests it holds are answered. Unknown names are not an error.
+        Ensembles that call it are unloaded too, and come back when it loads again (as in Triton). With
+        `unload_dependents`, an ensemble's composing models go too, unless another ensemble calls them."""
+        chain = self._chain_set()
+        if name in chain:
+            return
+        chain.add(name)
+        try:
+            self._unload(name)
+            for ensemble in self._dependents(name):
+                entry = self._models.get(ensemble)
+                if entry is not None and entry.versions:
+                    self._cascaded.add(ensemble)
+                    self.unload(ensemble)
+            if unload_dependents:
+                for member in sorted(self._ensembles.get(name, ())):
+                    if not any(self._loaded_ensemble(e) for e in self._dependents(member)):
+                        self.unload(member, unload_dependents=True)
+        finally:
+            chain.discard(name)
+
+    def _loaded_ensemble(self, name: str) -> bool:
+        entry = self._models.get(name)
+        return entry is not None and bool(entry.versions)
+
+    def _unload(self, name: str) -> None:
         with self._model_lock(name):
             current = self._models.get(name)
             if current is None or not current.versions:
@@ -182,6 +243,42 @@ class ModelManager:
                 self._retire(current, keep=())
             finally:
                 del self._transitions[name]
+
+    # ensembles and the models they call
+    def _chain_set(self) -> set[str]:
+        chain: set[str] | None = getattr(self._chain, "names", None)
+        if chain is None:
+            chain = self._chain.names = set()
+        return chain
+
+    def _dependents(self, name: str) -> list[str]:
+        return sorted(e for e, members in list(self._ensembles.items()) if name in members and e != name)
+
+    def _load_members_first(self, name: str, files: dict[str, bytes] | None) -> None:
+        if self.control_mode != "explicit" or files:
+            return
+        source = discover(list(self._settings.model_repositories)).get(name)
+        members = source_ensemble_members(source, self._settings) if source is not None else None
+        for member in sorted(members or ()):
+            entry = self._models.get(member)
+            if entry is not None and entry.versions:
+                continue
+            try:
+                self.load(member)
+            except (InvalidArgument, NotFound, Unavailable):
+                pass  # logged; the ensemble then fails naming the model it lacks
+
+    def _reload_dependents(self, name: str) -> None:
+        for ensemble in self._dependents(name):
+            entry = self._models.get(ensemble)
+            if entry is None or not (entry.versions or entry.failures or ensemble in self._cascaded):
+                continue  # unloaded on purpose, or never asked for
+            if ensemble in self._chain_set():
+                continue
+            try:
+                self.load(ensemble)
+            except (InvalidArgument, NotFound, Unavailable):
+                pass  # logged, and shown in the repository index
 
     def _repository_source(self, name: str) -> ModelSource:
         source = discover(list(self._settings.model_repositories)).get(name)
@@ -262,6 +359,9 @@ class ModelManager:
             return model
         versions = entry.versions
         if not versions:
+            if None in entry.failures and name in self._ensembles:
+                # Triton never registers an ensemble that fails its checks (the index gives the reason).
+                raise NotFound(f"Request for unknown model: '{name}' is not found")
             raise NotFound(f"Request for unknown model: '{name}' has no available versions")
         return versions[max(versions)]
 

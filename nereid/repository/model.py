@@ -41,7 +41,9 @@ class ModelVersion:
     scheduler: Scheduler
     output_names: tuple[str, ...] = field(default=())
     required_inputs: tuple[str, ...] = field(default=())
+    statistics: ModelStatistics = field(default_factory=ModelStatistics)  # shared with its scheduler
     fingerprint: str = ""  # of its version folder and label files: unchanged means it can keep serving
+    ensemble: bool = False  # its responses echo the sequence parameters, as Triton's ensembles do
     # Read on every request, so computed once rather than from the protobuf config each time.
     max_batch_size: int = field(init=False)
     decoupled: bool = field(init=False)  # responses come through streams (model_transaction_policy)
@@ -51,7 +53,6 @@ class ModelVersion:
     # Requests between lookup and response. Touched on the event loop only; a retired version (replaced
     # or unloaded) is stopped once it reaches zero, so no request in flight is dropped.
     inflight: int = field(init=False, default=0)
-    statistics: ModelStatistics = field(init=False, default_factory=ModelStatistics)
     retired: bool = field(init=False, default=False)
     drained: threading.Event = field(init=False, default_factory=threading.Event)
 

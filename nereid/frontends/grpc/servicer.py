@@ -191,8 +191,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     ) -> pb.RepositoryModelUnloadResponse:
         if request.repository_name:
             raise Unsupported("'repository_name' specification is not supported")
-        # `unload_dependents` has nothing to act on until ensembles exist
-        await self._engine.unload_model(request.model_name)
+        parameters = request.parameters
+        dependents = "unload_dependents" in parameters and parameters["unload_dependents"].bool_param
+        await self._engine.unload_model(request.model_name, dependents)
         return pb.RepositoryModelUnloadResponse()
 
     # shared memory: an empty name means every region, as in Triton

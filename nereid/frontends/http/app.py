@@ -179,8 +179,7 @@ class HttpFrontend:
             config, files = decode_load_request(body, name)
             await self._engine.load_model(name, config, files)
         else:
-            decode_unload_request(body)
-            await self._engine.unload_model(name)
+            await self._engine.unload_model(name, decode_unload_request(body))
         return HttpResponse(200, b"", [_JSON])
 
     def _shared_memory(self, kind: str, region: str | None, action: str, body: bytes) -> HttpResponse:

@@ -60,6 +60,10 @@ def decode_infer_request(
         raise InvalidArgument(
             "Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean"
         )
+    if parameters and (
+        "sequence_id" in parameters or "sequence_start" in parameters or "sequence_end" in parameters
+    ):
+        _check_sequence_parameters(parameters)
     if "inputs" not in document:
         raise InvalidArgument(
             "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
@@ -89,6 +93,18 @@ def decode_raw_binary_request(
     data = tensor_from_bytes(memoryview(body), datatype, shape, "raw_input", model_name, request_prefix(""))
     tensor = InferTensor(input_name, datatype, shape, data)
     return InferRequest(model_name, model_version, [tensor], None, "", {"binary_data_output": True})
+
+
+def _check_sequence_parameters(parameters: dict[str, Any]) -> None:
+    """`sequence_id` is a string or a uint64, the flags are booleans; Triton's texts for the others."""
+    sequence_id = parameters.get("sequence_id", 0)
+    if not isinstance(sequence_id, str) and (
+        not isinstance(sequence_id, int) or isinstance(sequence_id, bool) or not 0 <= sequence_id < 1 << 64
+    ):
+        raise InvalidArgument("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
+    for key in ("sequence_start", "sequence_end"):
+        if not isinstance(parameters.get(key, False), bool):
+            raise InvalidArgument(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
 
 
 def _parameters(value: Any, where: str) -> dict[str, Any]:

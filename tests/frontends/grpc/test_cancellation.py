@@ -143,6 +143,8 @@ def test_cancelled_stream_cancels_its_running_requests() -> None:
         await asyncio.wait_for(scheduler.second_request.wait(), 30)
         stream.cancel()
         await asyncio.wait_for(scheduler.cancelled.wait(), 30)
+        # the client's read task learns of the cancellation on its own schedule
+        await asyncio.wait([reading], timeout=30)
         assert reading.cancelled() or reading.done()
         instance.gate.set()
         assert (await first).id == "first"

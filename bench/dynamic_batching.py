@@ -1,0 +1,172 @@
+"""Dynamic batching, Nereid against the real Triton: the Python `add_sub` model with `dynamic_batching {}`.
+
+Both servers load the same repository (examples/python_model_repository/add_sub, FP32 [16],
+max_batch_size 64, one CPU instance, plus `dynamic_batching { }`), and perf_analyzer drives each over
+HTTP and gRPC at each concurrency, one server at a time; the servers alternate for --rounds rounds.
+Over gRPC a bare grpc.aio server that answers the same requests with no model behind it
+(grpc_echo_app.py) gives the Python ceiling. Afterwards each server's statistics say how large its
+batches were (inference_count / execution_count).
+
+Prints the median infer/s per server, the ratios nereid/triton and, for gRPC, nereid/ceiling, and
+whether the targets are met: over HTTP at least 1.0 of Triton everywhere and 1.5 from concurrency 16
+on; over gRPC at least 0.9 of the ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _common import ROOT, free_port, start, start_nereid, stop, wait_ready
+from grpc_frontend import wait_port
+from perf_analyzer import install_perf_analyzer, measure_model
+
+sys.path.insert(0, str(ROOT))
+from tests.differential.real_triton import triton_command  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+MODEL = "add_sub"
+SOURCE = ROOT / "examples" / "python_model_repository" / MODEL
+HTTP_TARGET, HTTP_TARGET_HIGH, HIGH_FROM, GRPC_TARGET = 1.0, 1.5, 16, 0.9
+
+
+@dataclass
+class Run:
+    """One server started once per round, and what it serves."""
+
+    name: str
+    protocols: tuple[str, ...]
+    rates: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    batch_sizes: list[float] = field(default_factory=list)
+
+
+def batched_repository(root: Path) -> Path:
+    shutil.copytree(SOURCE, root / MODEL)
+    config = root / MODEL / "config.pbtxt"
+    config.write_text(config.read_text() + "dynamic_batching { }\n")
+    return root
+
+
+def start_server(name: str, repository: Path, http_port: int, grpc_port: int) -> subprocess.Popen[bytes]:
+    if name == "nereid":
+        process = start_nereid(http_port, repository, grpc_port)
+    elif name == "triton":
+        command, env = triton_command(repository, http_port, grpc_port)
+        process = start(command, "triton", env)
+    else:
+        process = start(
+            [sys.executable, "-I", str(HERE / "grpc_echo_app.py"), str(grpc_port), MODEL], "grpc-echo"
+        )
+        wait_port(grpc_port, process)
+        return process
+    wait_ready(f"http://127.0.0.1:{http_port}/v2/health/ready", process, timeout=120)
+    return process
+
+
+def average_batch(http_port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/stats", timeout=10) as r:
+        stats = json.load(r)["model_stats"][0]
+    return stats["inference_count"] / max(1, stats["execution_count"])
+
+
+def measure(
+    run: Run, repository: Path, concurrencies: list[int], tool: tuple[Path, Path], args: argparse.Namespace
+) -> None:
+    http_port, grpc_port = free_port(), free_port()
+    while grpc_port == http_port:
+        grpc_port = free_port()
+    targets: dict[str, Callable[[], list[str]]] = {
+        "http": lambda: ["-u", f"127.0.0.1:{http_port}"],
+        "grpc": lambda: ["-i", "grpc", "-u", f"127.0.0.1:{grpc_port}"],
+    }
+    process = None
+    try:
+        process = start_server(run.name, repository, http_port, grpc_port)
+        for protocol in run.protocols:
+            for concurrency in concurrencies:
+                (row,) = measure_model(
+                    *tool, MODEL, targets[protocol](), f"{concurrency}:{concurrency}:1", args
+                )
+                run.rates.setdefault((protocol, concurrency), []).append(float(row["Inferences/Second"]))
+        if run.name != "grpc-echo":
+            run.batch_sizes.append(average_batch(http_port))
+    finally:
+        stop(process)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--concurrency", default="1,4,16,64", help="comma-separated concurrencies")
+    parser.add_argument("--interval-ms", type=int, default=3000, help="perf_analyzer measurement window")
+    parser.add_argument("--max-trials", type=int, default=5, help="windows tried per concurrency")
+    parser.add_argument("--stability", type=int, default=100, help="perf_analyzer stability percent")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every server, alternating")
+    parser.add_argument("--protocol", action="append", choices=("http", "grpc"), help="default: both")
+    args = parser.parse_args()
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    protocols = tuple(args.protocol or ("http", "grpc"))
+    tool = install_perf_analyzer()
+    runs = [Run("nereid", protocols), Run("triton", protocols)]
+    if "grpc" in protocols:
+        runs.append(Run("grpc-echo", ("grpc",)))
+    with tempfile.TemporaryDirectory(prefix="nereid-bench-batching-") as tmp:
+        repository = batched_repository(Path(tmp) / "repository")
+        for round_ in range(args.rounds):
+            for run in runs:
+                try:
+                    measure(run, repository, concurrencies, tool, args)
+                except (RuntimeError, subprocess.CalledProcessError) as exc:
+                    print(f"FAILED on {run.name}: {exc}", file=sys.stderr)
+                    return 1
+            line = "  ".join(
+                f"{r.name} {p} c{c}={r.rates[(p, c)][-1]:.0f}" for r in runs for (p, c) in r.rates
+            )
+            print(f"round {round_ + 1}: {line}", flush=True)
+    report(runs, protocols, concurrencies)
+    return 0
+
+
+def report(runs: list[Run], protocols: tuple[str, ...], concurrencies: list[int]) -> None:
+    by_name = {r.name: r for r in runs}
+    nereid, triton = by_name["nereid"], by_name["triton"]
+    median = {(r.name, key): statistics.median(rates) for r in runs for key, rates in r.rates.items()}
+    print(
+        f"\nmodel {MODEL} (Python backend, FP32 [16], max_batch_size 64, dynamic_batching), median infer/s:"
+    )
+    print(
+        f"  {'protocol':<8} {'conc':>4} {'nereid':>9} {'triton':>9} {'ceiling':>9} {'n/triton':>9} {'n/ceiling':>9}"
+    )
+    met = True
+    for protocol in protocols:
+        for c in concurrencies:
+            n, t = median[("nereid", (protocol, c))], median[("triton", (protocol, c))]
+            ceiling = median.get(("grpc-echo", (protocol, c)))
+            line = f"  {protocol:<8} {c:>4} {n:>9.0f} {t:>9.0f} {ceiling or 0:>9.0f} {n / t:>9.2f}"
+            if ceiling:
+                line += f" {n / ceiling:>9.2f}"
+            if protocol == "http":
+                target = HTTP_TARGET_HIGH if c >= HIGH_FROM else HTTP_TARGET
+                ok = n / t >= target
+            else:
+                target = GRPC_TARGET
+                ok = ceiling is not None and n / ceiling >= target
+            met &= ok
+            print(f"{line}   target {target:.1f} {'met' if ok else 'NOT met'}")
+    print(
+        f"  average batch size over a whole run: nereid {statistics.mean(nereid.batch_sizes):.1f}, "
+        f"triton {statistics.mean(triton.batch_sizes):.1f}"
+    )
+    print("all targets met" if met else "some targets NOT met")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

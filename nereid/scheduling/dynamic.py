@@ -1,0 +1,388 @@
+"""Triton's dynamic batcher: queue requests, and hand a free instance several at once.
+
+Which requests form a batch, and when, is `batch_policy.decide`: a pure function of the queue and the
+clock. This module is its asynchronous shell. Everything here runs on the event loop except the
+execution itself: a blocking instance (ONNX Runtime, ...) runs each batch on a thread of its own and
+concatenates the requests along the batch dimension; a Python model's worker gets the request list.
+The queue is decided again whenever a request arrives, an instance frees up, or the policy asked to be
+woken (a queue delay or a timeout falling due).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance, Outputs
+from nereid.errors import InternalError, NereidError, QueueFull, QueueTimeout, Unavailable, request_prefix
+from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
+from nereid.statistics import ModelStatistics, RequestTiming
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """A priority level's `ModelQueuePolicy`."""
+
+    delay_on_timeout: bool = False  # timeout_action DELAY; REJECT otherwise
+    default_timeout_us: int = 0  # 0: requests never time out unless they ask to
+    allow_timeout_override: bool = False  # a request's `timeout` may shorten the default
+    max_queue_size: int = 0  # 0: unlimited
+
+    @classmethod
+    def from_config(cls, policy: mc.ModelQueuePolicy) -> QueuePolicy:
+        return cls(
+            delay_on_timeout=policy.timeout_action == mc.ModelQueuePolicy.DELAY,
+            default_timeout_us=policy.default_timeout_microseconds,
+            allow_timeout_override=policy.allow_timeout_override,
+            max_queue_size=policy.max_queue_size,
+        )
+
+    def timeout_us(self, requested_us: int) -> int:
+        """The timeout that applies: a request may only shorten the default, and only when allowed."""
+        if self.allow_timeout_override and requested_us > 0:
+            return min(requested_us, self.default_timeout_us) if self.default_timeout_us else requested_us
+        return self.default_timeout_us
+
+
+@dataclass(frozen=True, slots=True)
+class BatcherConfig:
+    """What the batcher takes from `dynamic_batching` and the rest of the model config."""
+
+    policy: BatchPolicy
+    preserve_ordering: bool = False
+    priority_levels: int = 0
+    default_priority_level: int = 0
+    default_queue_policy: QueuePolicy = QueuePolicy()
+    level_queue_policies: dict[int, QueuePolicy] = field(default_factory=dict)
+    ragged_inputs: frozenset[str] = frozenset()  # inputs whose shapes may differ within a batch
+
+    @classmethod
+    def from_config(cls, config: mc.ModelConfig) -> BatcherConfig:
+        batching = config.dynamic_batching
+        return cls(
+            policy=BatchPolicy(
+                max_batch_size=config.max_batch_size,
+                preferred_batch_sizes=tuple(batching.preferred_batch_size),
+                max_queue_delay_s=batching.max_queue_delay_microseconds / 1e6,
+            ),
+            preserve_ordering=batching.preserve_ordering,
+            priority_levels=batching.priority_levels,
+            default_priority_level=batching.default_priority_level,
+            default_queue_policy=QueuePolicy.from_config(batching.default_queue_policy),
+            level_queue_policies={
+                level: QueuePolicy.from_config(p) for level, p in batching.priority_queue_policy.items()
+            },
+            ragged_inputs=frozenset(i.name for i in config.input if i.allow_ragged_batch),
+        )
+
+    def level(self, priority: int) -> int:
+        """Triton's rule: 0, or a level beyond the configured ones, means the default level."""
+        if priority <= 0 or priority > self.priority_levels:
+            return self.default_priority_level
+        return priority
+
+    def queue_policy(self, level: int) -> QueuePolicy:
+        return self.level_queue_policies.get(level, self.default_queue_policy)
+
+
+@dataclass(eq=False, slots=True)
+class _Entry:
+    request: BackendRequest
+    pending: Pending
+    future: asyncio.Future[Outputs]
+    timing: RequestTiming | None
+    queued_ns: int
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    entries: list[_Entry]
+    instance: int
+    order: int  # dispatch order, for preserve_ordering
+    started_ns: int = 0
+    outcome: list[BackendResult] | BaseException | None = None
+    infer_ns: int = 0
+
+
+class DynamicBatcher:
+    def __init__(
+        self,
+        model_label: str,
+        config: BatcherConfig,
+        instances: Sequence[ModelInstance | AsyncModelInstance],
+        statistics: ModelStatistics | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._label = model_label
+        self._config = config
+        self._policy = config.policy
+        self._statistics = statistics
+        self._clock = clock
+        self._instances = list(instances)
+        # Batches an instance has not finished. Each takes one at a time, worker processes included
+        # (whatever their pipeline depth): requests that arrive while a batch runs join the next batch,
+        # as in Triton, instead of leaving in a small one queued behind the running batch.
+        self._outstanding = [0] * len(self._instances)
+        self._queue: list[_Entry] = []
+        self._queued_per_level: dict[int, int] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._dispatched = 0
+        self._released = 0  # batches whose results went out, under preserve_ordering
+        self._finished_early: dict[int, _Batch] = {}
+        self._stopping = False
+        self._jobs: list[queue.SimpleQueue[_Batch | None]] = []
+        self._threads: list[threading.Thread] = []
+        for index, instance in enumerate(self._instances):
+            jobs: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+            self._jobs.append(jobs)
+            if not isinstance(instance, AsyncModelInstance):
+                thread = threading.Thread(
+                    target=self._run,
+                    args=(instance, jobs),
+                    name=f"{model_label}-instance-{index}",
+                    daemon=True,
+                )
+                self._threads.append(thread)
+                thread.start()
+
+    # the Scheduler protocol
+    async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
+        if self._stopping:
+            raise Unavailable(f"model {self._label} is unloading")
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        config = self._config
+        level = config.level(request.priority)
+        queue_policy = config.queue_policy(level)
+        if (
+            queue_policy.max_queue_size
+            and self._queued_per_level.get(level, 0) >= queue_policy.max_queue_size
+        ):
+            raise QueueFull(f"{request_prefix(request.id)}Exceeds maximum queue size")
+        now = self._clock()
+        timeout_us = queue_policy.timeout_us(request.timeout_us)
+        pending = Pending(
+            self._batch_size(request),
+            self._shape_key(request),
+            now,
+            level,
+            now + timeout_us / 1e6 if timeout_us else None,
+            queue_policy.delay_on_timeout,
+        )
+        entry = _Entry(request, pending, loop.create_future(), timing, time.perf_counter_ns())
+        self._queue.append(entry)
+        self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
+        if pending.deadline is not None:  # so that it is rejected on time even while no instance is free
+            self._arm(pending.deadline)
+        self._schedule()
+        try:
+            return await entry.future
+        except asyncio.CancelledError:
+            # A caller that goes away leaves the queue; once its batch runs, its result is dropped.
+            if entry in self._queue:
+                self._remove([entry])
+            raise
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def unavailable_reason(self) -> str | None:
+        reasons = [i.unavailable_reason() for i in self._instances if isinstance(i, AsyncModelInstance)]
+        if not reasons or any(r is None for r in reasons):
+            return None
+        return "; ".join(r for r in reasons if r)
+
+    async def model_ready(self) -> bool:
+        for instance in self._instances:
+            if isinstance(instance, AsyncModelInstance) and not await instance.model_ready():
+                return False
+        return True
+
+    def stop(self) -> None:
+        """Fail what is still queued, let running batches finish, then close the instances.
+        Called from a thread other than the event loop's, or from the loop when it has stopped."""
+        self._stopping = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._fail_queued)
+            except RuntimeError:  # the loop is closing
+                pass
+        for jobs in self._jobs:
+            jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+        for instance in self._instances:
+            instance.close()
+
+    # deciding
+    def _batch_size(self, request: BackendRequest) -> int:
+        for array in request.inputs.values():
+            return array.shape[0] if array.ndim else 1
+        return 1
+
+    def _shape_key(self, request: BackendRequest) -> tuple:
+        ragged = self._config.ragged_inputs
+        return tuple((name, array.shape[1:]) for name, array in request.inputs.items() if name not in ragged)
+
+    def _free_instance(self) -> int:
+        """An idle instance, else -1."""
+        for index, outstanding in enumerate(self._outstanding):
+            if outstanding == 0:
+                return index
+        return -1
+
+    def _schedule(self, woken: bool = False) -> None:
+        """Dispatch every batch the policy allows now; arm the timer for the next time it may change.
+        `woken`: called by the timer, so timeouts are due even if no instance is free."""
+        while self._queue:
+            instance = self._free_instance()
+            if instance < 0 and not woken:
+                # Nothing can run. Every deadline in the queue has a timer armed (at arrival, or by the
+                # last decision), so there is nothing to decide until an instance frees up or it fires.
+                return
+            now = self._clock()
+            decision = decide([e.pending for e in self._queue], now, self._policy, instance >= 0)
+            if decision.reject:
+                rejected = [self._queue[i] for i in decision.reject]
+                chosen = [self._queue[i] for i in decision.run]
+                self._remove(rejected)
+                for entry in rejected:
+                    _resolve(entry.future, QueueTimeout("Request timeout expired"))
+            else:
+                chosen = [self._queue[i] for i in decision.run]
+            if not chosen:
+                self._arm(decision.wake_at)
+                return
+            self._remove(chosen)
+            self._dispatch(instance, chosen)
+
+    def _arm(self, wake_at: float | None) -> None:
+        if wake_at is None or (
+            self._timer is not None and self._timer_at is not None and self._timer_at <= wake_at
+        ):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        assert self._loop is not None
+        self._timer_at = wake_at
+        self._timer = self._loop.call_later(max(0.0, wake_at - self._clock()), self._wake)
+
+    def _wake(self) -> None:
+        self._timer = self._timer_at = None
+        self._schedule(woken=True)
+
+    def _remove(self, entries: list[_Entry]) -> None:
+        gone = set(map(id, entries))
+        self._queue = [e for e in self._queue if id(e) not in gone]
+        for entry in entries:
+            self._queued_per_level[entry.pending.priority] -= 1
+
+    # executing
+    def _dispatch(self, index: int, entries: list[_Entry]) -> None:
+        batch = _Batch(entries, index, self._dispatched)
+        self._dispatched += 1
+        self._outstanding[index] += 1
+        batch.started_ns = started = time.perf_counter_ns()
+        for entry in entries:
+            if entry.timing is not None:
+                entry.timing.queue_ns = started - entry.queued_ns
+        instance = self._instances[index]
+        if isinstance(instance, AsyncModelInstance):
+            try:
+                instance.submit([e.request for e in entries], lambda outcome: self._finished(batch, outcome))
+            except Exception as exc:  # submit itself failing must not lose the instance
+                self._finished(batch, exc)
+        else:
+            self._jobs[index].put(batch)
+
+    def _run(self, instance: ModelInstance, jobs: queue.SimpleQueue[_Batch | None]) -> None:
+        while True:
+            batch = jobs.get()
+            if batch is None:
+                return
+            outcome: list[BackendResult] | BaseException
+            try:
+                outcome = instance.execute([e.request for e in batch.entries])
+            except BaseException as exc:  # a backend bug fails this batch, not the instance thread
+                outcome = exc
+            loop = self._loop
+            assert loop is not None
+            try:
+                loop.call_soon_threadsafe(self._finished, batch, outcome)
+            except RuntimeError:  # the loop closed while the batch ran: nobody waits for it
+                return
+
+    def _finished(self, batch: _Batch, outcome: list[BackendResult] | BaseException) -> None:
+        batch.infer_ns = time.perf_counter_ns() - batch.started_ns
+        batch.outcome = outcome
+        self._outstanding[batch.instance] -= 1
+        if self._config.preserve_ordering:
+            # Answers go out in the order batches were dispatched, whichever instance finished first.
+            self._finished_early[batch.order] = batch
+            while self._released in self._finished_early:
+                self._answer(self._finished_early.pop(self._released))
+                self._released += 1
+        else:
+            self._answer(batch)
+        self._schedule()
+
+    def _answer(self, batch: _Batch) -> None:
+        entries, outcome = batch.entries, batch.outcome
+        answering = time.perf_counter_ns()
+        if isinstance(outcome, list) and len(outcome) == len(entries):
+            results: Sequence[BackendResult | BaseException] = outcome
+        else:
+            error = self._error(outcome)
+            results = [error] * len(entries)
+        for entry, result in zip(entries, results, strict=True):
+            if entry.timing is not None:
+                entry.timing.infer_ns = batch.infer_ns
+                entry.timing.batched = True
+            _resolve(entry.future, result)
+        if self._statistics is not None:
+            size = sum(e.pending.batch_size for e in entries)
+            self._statistics.record_execution(size, 0, batch.infer_ns, time.perf_counter_ns() - answering)
+
+    def _error(self, outcome: list[BackendResult] | BaseException | None) -> NereidError:
+        if isinstance(outcome, NereidError):
+            return outcome
+        if isinstance(outcome, BaseException):
+            log.error("model %s: unexpected error in execute", self._label, exc_info=outcome)
+            return InternalError(f"model {self._label}: {type(outcome).__name__}: {outcome}")
+        count = len(outcome) if isinstance(outcome, list) else 0
+        return InternalError(
+            f"model {self._label}: the backend returned {count} results for a batch of requests"
+        )
+
+    def _fail_queued(self) -> None:
+        queued, self._queue = self._queue, []
+        self._queued_per_level.clear()
+        for entry in queued:
+            _resolve(entry.future, Unavailable(f"model {self._label} is unloading"))
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = self._timer_at = None
+
+
+def _resolve(future: asyncio.Future[Outputs], result: BackendResult | BaseException) -> None:
+    if future.done():  # its caller went away
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)

@@ -1,0 +1,425 @@
+"""Triton's sequence batcher: requests of one sequence (one correlation id) go, in order, to the batch
+slot of one instance that the sequence holds from its START request to its END request.
+
+Each instance has slots (direct: `max_batch_size` of them; oldest: `max_candidate_sequences`). A free
+instance runs the oldest waiting request of each of its slots together, one batch row per sequence,
+after adding the control inputs and the implicit state (sequence_tensors.py). The pure decisions live
+in sequence_policy.py; this module is the event-loop shell around them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from nereid.backends.base import (
+    SEQUENCE_END,
+    SEQUENCE_START,
+    AsyncModelInstance,
+    BackendRequest,
+    BackendResult,
+    ModelInstance,
+    Outputs,
+)
+from nereid.errors import InternalError, InvalidArgument, NereidError, Unavailable
+from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
+from nereid.scheduling.sequence_policy import DirectPolicy, SlotId, SlotTable, decide_direct, idle_expired
+from nereid.scheduling.sequence_tensors import SequenceTensors, State
+from nereid.statistics import RequestTiming
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    request: BackendRequest
+    future: asyncio.Future[Outputs]
+    arrival: float  # monotonic seconds
+    timing: RequestTiming | None
+    queued_ns: int
+
+
+class _Sequence:
+    """One correlation id's requests waiting to run, its implicit state, and the slot it holds."""
+
+    __slots__ = ("correlation_id", "jobs", "last_active", "running", "slot", "state")
+
+    def __init__(self, correlation_id: int | str, now: float) -> None:
+        self.correlation_id = correlation_id
+        self.jobs: collections.deque[_Job] = collections.deque()
+        self.state: State | None = None
+        self.slot: SlotId | None = None  # None while in the backlog
+        self.running = False  # a request of it is executing
+        self.last_active = now
+
+
+class _Batcher:
+    """An instance and its slots. Instances run their submissions one after the other; a batch leaves out
+    sequences whose previous request has not finished, so each sequence's requests run in order and each
+    sees the state the one before it left."""
+
+    __slots__ = (
+        "depth",
+        "executor",
+        "instance",
+        "outstanding",
+        "scheduled",
+        "seated",
+        "slots",
+        "timer",
+        "waiting",
+    )
+
+    def __init__(self, instance: ModelInstance | AsyncModelInstance, slots: int, name: str) -> None:
+        self.instance = instance
+        self.slots: list[_Sequence | None] = [None] * slots
+        self.seated = 0  # slots holding a sequence
+        # Seated sequences with a request to run and none running, in the order they became so: a batch
+        # is formed from these without scanning every slot (the oldest strategy may have a thousand).
+        self.waiting: dict[_Sequence, None] = {}
+        self.outstanding = 0  # submissions not finished
+        self.scheduled = False  # a dispatch is due once the loop has taken in what arrived with this request
+        # A worker process takes the next submission while it runs one, so it never waits for the loop.
+        self.depth = instance.pipeline_depth if isinstance(instance, AsyncModelInstance) else 1
+        self.timer: asyncio.TimerHandle | None = None
+        # Instances that block run on a thread of their own; Python models run in worker processes.
+        self.executor = (
+            None
+            if isinstance(instance, AsyncModelInstance)
+            else ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        )
+
+
+class SequenceBatcher:
+    """Triton's sequence batcher for one model version: slots per instance, a backlog, idle release."""
+
+    def __init__(
+        self,
+        model_label: str,
+        config: mc.ModelConfig,
+        instances: Sequence[ModelInstance | AsyncModelInstance],
+        model_dir: Path | None = None,
+    ) -> None:
+        self._label = model_label
+        self._model = config.name
+        batching = config.sequence_batching
+        self._tensors = SequenceTensors(config, model_dir or Path("."))
+        max_batch = max(1, config.max_batch_size)
+        self._oldest: BatchPolicy | None = None
+        if batching.HasField("oldest"):
+            oldest = batching.oldest
+            slots = max(1, oldest.max_candidate_sequences)
+            preferred = tuple(s for s in oldest.preferred_batch_size if s <= max_batch)
+            self._oldest = BatchPolicy(max_batch, preferred, oldest.max_queue_delay_microseconds / 1e6)
+        else:
+            slots = max_batch
+        self._direct = DirectPolicy(
+            slots,
+            batching.direct.max_queue_delay_microseconds / 1e6,
+            batching.direct.minimum_slot_utilization,
+        )
+        self._idle_s = batching.max_sequence_idle_microseconds / 1e6
+        self._batchers = [
+            _Batcher(instance, slots, f"{config.name}-instance-{i}") for i, instance in enumerate(instances)
+        ]
+        self._table: SlotTable[_Sequence] = SlotTable(len(self._batchers), slots)
+        self._sequences: dict[int | str, _Sequence] = {}  # started and not yet ended
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._stopped = False
+
+    async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
+        """The request's outputs, once the requests of its sequence before it have run."""
+        correlation_id = request.correlation_id
+        if correlation_id == 0 or correlation_id == "":
+            raise InvalidArgument(
+                f"inference request to model '{self._model}' must specify a non-zero or non-empty correlation ID"
+            )
+        if self._stopped:
+            raise Unavailable(f"model {self._label} is unloading")
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        sequence = self._sequences.get(correlation_id)
+        if sequence is None:
+            if not request.flags & SEQUENCE_START:
+                raise InvalidArgument(
+                    f"inference request for sequence {correlation_id} to model '{self._model}' must specify "
+                    "the START flag on the first request of the sequence"
+                )
+            self._tensors.check(request)
+            sequence = self._sequences[correlation_id] = _Sequence(correlation_id, now)
+            slot = self._table.start(sequence)
+            if slot is not None:
+                self._seat(sequence, slot)
+        elif request.flags & SEQUENCE_START:
+            # Triton's behaviour: the new START ends the old sequence, whose state the START resets.
+            log.warning(
+                "sequence %s for model '%s' has a conflict. The previous sequence did not end before this "
+                "sequence start. Previous sequence will be terminated early.",
+                correlation_id,
+                self._model,
+            )
+        future: asyncio.Future[Outputs] = loop.create_future()
+        queued_ns = time.perf_counter_ns() if timing is not None else 0
+        sequence.jobs.append(_Job(request, future, now, timing, queued_ns))
+        sequence.last_active = now
+        if request.flags & SEQUENCE_END:
+            del self._sequences[correlation_id]  # later requests for this id must start a new sequence
+        if sequence.slot is not None:
+            batcher = self._batchers[sequence.slot.instance]
+            if not sequence.running:
+                batcher.waiting[sequence] = None
+            if not batcher.scheduled:
+                # Requests that arrive in the same turn of the loop (read from several connections at
+                # once) join one batch: the dispatch runs after them, not for each.
+                batcher.scheduled = True
+                loop.call_soon(self._scheduled_dispatch, batcher)
+        self._arm_idle()
+        # A cancelled caller's request still runs when its turn comes, so the sequence's state stays whole.
+        return await future
+
+    def pending(self) -> int:
+        """Requests waiting to run, in slots and in the backlog."""
+        seated = sum(len(s.jobs) for b in self._batchers for s in b.slots if s is not None)
+        return seated + sum(len(s.jobs) for s in self._table.backlog())
+
+    def active_sequences(self) -> int:
+        """Sequences holding a slot or waiting in the backlog for one."""
+        seated = sum(1 for b in self._batchers for s in b.slots if s is not None)
+        return seated + len(self._table.backlog())
+
+    def unavailable_reason(self) -> str | None:
+        reasons = [b.instance.unavailable_reason() for b in self._async_batchers()]  # type: ignore[union-attr]
+        if not reasons or any(r is None for r in reasons):
+            return None
+        return "; ".join(r for r in reasons if r)
+
+    async def model_ready(self) -> bool:
+        for batcher in self._async_batchers():
+            if not await batcher.instance.model_ready():  # type: ignore[union-attr]
+                return False
+        return True
+
+    def stop(self) -> None:
+        """Fail what still waits, then release the instances (callable from any thread)."""
+        self._stopped = True
+        loop = self._loop
+        waiting = [s for b in self._batchers for s in b.slots if s is not None] + self._table.backlog()
+        for sequence in waiting:
+            while sequence.jobs:
+                job = sequence.jobs.popleft()
+                if loop is not None:
+                    with contextlib.suppress(RuntimeError):  # the loop may be closed already
+                        loop.call_soon_threadsafe(
+                            _resolve, job.future, Unavailable(f"model {self._label} is unloading")
+                        )
+        for batcher in self._batchers:
+            if batcher.executor is not None:
+                batcher.executor.shutdown(wait=True)
+            batcher.instance.close()
+
+    # slots
+    def _seat(self, sequence: _Sequence, slot: SlotId) -> None:
+        sequence.slot = slot
+        batcher = self._batchers[slot.instance]
+        batcher.slots[slot.slot] = sequence
+        batcher.seated += 1
+        if sequence.jobs and not sequence.running:
+            batcher.waiting[sequence] = None
+
+    def _release(self, sequence: _Sequence) -> None:
+        """Free the sequence's slot; the oldest backlogged sequence takes it."""
+        slot = sequence.slot
+        if slot is None:
+            return
+        sequence.slot = None
+        batcher = self._batchers[slot.instance]
+        batcher.slots[slot.slot] = None
+        batcher.seated -= 1
+        batcher.waiting.pop(sequence, None)
+        successor = self._table.release(slot)
+        if successor is not None:
+            self._seat(successor, slot)
+            successor.last_active = time.monotonic()
+
+    # batches
+    def _scheduled_dispatch(self, batcher: _Batcher) -> None:
+        batcher.scheduled = False
+        self._dispatch(batcher)
+
+    def _dispatch(self, batcher: _Batcher) -> None:
+        if batcher.outstanding >= batcher.depth or self._stopped:
+            return
+        if batcher.timer is not None:
+            batcher.timer.cancel()
+            batcher.timer = None
+        if not batcher.waiting:
+            return
+        ready = list(batcher.waiting)
+        now = time.monotonic()
+        chosen = self._choose(batcher, ready, now)
+        if not chosen:
+            return
+        jobs: list[tuple[_Job, _Sequence]] = []
+        requests: list[BackendRequest] = []
+        start_ns = time.perf_counter_ns()
+        for sequence in chosen:
+            job = sequence.jobs.popleft()
+            if job.timing is not None:
+                job.timing.queue_ns = start_ns - job.queued_ns
+            requests.append(self._tensors.prepare(job.request, sequence.state))
+            jobs.append((job, sequence))
+            sequence.running = True
+            del batcher.waiting[sequence]
+            if job.request.flags & SEQUENCE_END:
+                self._release(sequence)  # its slot can take a backlogged sequence now
+        batcher.outstanding += 1
+        done = partial(self._finished, batcher, jobs, start_ns)
+        if batcher.executor is None:
+            try:
+                batcher.instance.submit(requests, done)  # type: ignore[union-attr]
+            except Exception as exc:  # submit itself failing must not lose the instance
+                done(exc)
+            return
+        loop = self._loop
+        if loop is None:  # dispatch only runs after execute set it
+            raise InternalError(f"model {self._label}: sequence batcher dispatched without an event loop")
+        execution = loop.run_in_executor(batcher.executor, batcher.instance.execute, requests)  # type: ignore[union-attr]
+        execution.add_done_callback(partial(_outcome, done))
+
+    def _choose(self, batcher: _Batcher, ready: list[_Sequence], now: float) -> list[_Sequence]:
+        """The sequences whose oldest request runs now; arms the batcher's timer when it should wait."""
+        if self._oldest is None:
+            # Sequences with a request running cannot join this batch, so it does not wait for them.
+            running = sum(1 for s in batcher.slots if s is not None and s.running)
+            wake = decide_direct(
+                [s.jobs[0].arrival for s in ready], batcher.seated - running, now, self._direct
+            )
+            if wake is None:
+                ready.sort(key=_slot_index)  # a batch row per slot, in slot order as in Triton
+                return ready
+            self._wake(batcher, wake - now)
+            return []
+        ready.sort(key=lambda s: s.jobs[0].arrival)
+        pending = [
+            Pending(self._tensors.rows(s.jobs[0].request), _shape(s.jobs[0].request), s.jobs[0].arrival)
+            for s in ready
+        ]
+        decision = decide(pending, now, self._oldest)
+        if not decision.run and decision.wake_at is not None:
+            self._wake(batcher, decision.wake_at - now)
+        return [ready[i] for i in decision.run]
+
+    def _wake(self, batcher: _Batcher, delay_s: float) -> None:
+        if self._loop is not None:
+            batcher.timer = self._loop.call_later(max(delay_s, 0.0), self._dispatch, batcher)
+
+    def _finished(
+        self,
+        batcher: _Batcher,
+        jobs: list[tuple[_Job, _Sequence]],
+        start_ns: int,
+        outcome: list[BackendResult] | BaseException,
+    ) -> None:
+        elapsed_ns = time.perf_counter_ns() - start_ns
+        results: Sequence[BackendResult]
+        if isinstance(outcome, BaseException):
+            error = outcome if isinstance(outcome, NereidError) else self._unexpected(outcome)
+            results = [error] * len(jobs)
+        elif len(outcome) != len(jobs):
+            results = [
+                InternalError(f"model {self._label}: {len(outcome)} results for {len(jobs)} requests")
+            ] * len(jobs)
+        else:
+            results = outcome
+        now = time.monotonic()
+        for (job, sequence), result in zip(jobs, results, strict=True):
+            if job.timing is not None:
+                job.timing.infer_ns = elapsed_ns
+            if isinstance(result, dict) and self._tensors.has_state:
+                sequence.state = self._tensors.take_state(job.request, result, sequence.state)
+            sequence.running = False
+            sequence.last_active = now
+            if sequence.jobs and sequence.slot is not None:
+                self._batchers[sequence.slot.instance].waiting[sequence] = None
+            _resolve(job.future, result)
+        batcher.outstanding -= 1
+        self._dispatch(batcher)
+
+    def _unexpected(self, exc: BaseException) -> InternalError:
+        log.error("model %s: unexpected error in execute", self._label, exc_info=exc)
+        return InternalError(f"model {self._label}: {type(exc).__name__}: {exc}")
+
+    # idle sequences
+    def _arm_idle(self) -> None:
+        if self._idle_timer is None and self._idle_s > 0 and self._loop is not None:
+            self._idle_timer = self._loop.call_later(self._idle_s, self._expire_idle)
+
+    def _expire_idle(self) -> None:
+        """Release sequences that neither received nor ran a request for max_sequence_idle_microseconds;
+        a later request for one of them is refused, as it has no START (Triton's behaviour)."""
+        self._idle_timer = None
+        if self._stopped:
+            return
+        seated = [s for b in self._batchers for s in b.slots if s is not None]
+        quiet = {s: s.last_active for s in seated if not s.jobs and not s.running}
+        now = time.monotonic()
+        expired, next_at = idle_expired(quiet, now, self._idle_s)
+        for sequence in expired:
+            log.info(
+                "sequence %s of model '%s' idle for more than %.0f us: released",
+                sequence.correlation_id,
+                self._model,
+                self._idle_s * 1e6,
+            )
+            if self._sequences.get(sequence.correlation_id) is sequence:
+                del self._sequences[sequence.correlation_id]
+            slot = sequence.slot
+            self._release(sequence)
+            if slot is not None:
+                self._dispatch(self._batchers[slot.instance])
+        if any(s is not None for b in self._batchers for s in b.slots) and self._loop is not None:
+            delay = (next_at - now) if next_at is not None else self._idle_s
+            self._idle_timer = self._loop.call_later(max(delay, 0.0), self._expire_idle)
+
+    def _async_batchers(self) -> list[_Batcher]:
+        return [b for b in self._batchers if b.executor is None]
+
+
+def _slot_index(sequence: _Sequence) -> int:
+    return sequence.slot.slot if sequence.slot is not None else -1
+
+
+def _shape(request: BackendRequest) -> tuple:
+    """What must match for two requests to share a batch: input names, types and shapes past the batch."""
+    return tuple((name, a.dtype.str, a.shape[1:]) for name, a in request.inputs.items())
+
+
+def _outcome(done: partial, execution: asyncio.Future) -> None:  # type: ignore[type-arg]
+    if execution.cancelled():
+        done(Unavailable("the execution was cancelled"))
+    elif execution.exception() is not None:
+        done(execution.exception())
+    else:
+        done(execution.result())
+
+
+def _resolve(future: asyncio.Future[Outputs], result: BackendResult | BaseException) -> None:
+    if future.done():  # the caller went away: drop the result
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)

@@ -1,0 +1,41 @@
+"""Sequence parameters in HTTP infer bodies: the types Triton takes, and its texts for the others."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from nereid.errors import InvalidArgument
+from nereid.frontends.http.codec import decode_infer_request
+
+
+def _decode(parameters: dict[str, Any]) -> dict[str, Any]:
+    body = {
+        "inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [1]}],
+        "parameters": parameters,
+    }
+    return decode_infer_request(orjson.dumps(body), None, "m", "").parameters
+
+
+@pytest.mark.parametrize("sequence_id", [1, 2**64 - 1, "user-1", ""])
+def test_uint64_and_string_ids_are_taken(sequence_id: int | str) -> None:
+    assert _decode({"sequence_id": sequence_id, "sequence_start": True})["sequence_id"] == sequence_id
+
+
+@pytest.mark.parametrize("sequence_id", [-3, 1.5, True])
+def test_other_ids_are_refused_with_tritons_text(sequence_id: object) -> None:
+    with pytest.raises(
+        InvalidArgument, match=r"^Unable to parse 'sequence_id': attempt to access JSON non-string"
+    ):
+        _decode({"sequence_id": sequence_id})
+
+
+@pytest.mark.parametrize("key", ["sequence_start", "sequence_end"])
+@pytest.mark.parametrize("value", [1, "true", 0.0])
+def test_flags_must_be_booleans(key: str, value: object) -> None:
+    with pytest.raises(
+        InvalidArgument, match=f"^Unable to parse '{key}': attempt to access JSON non-boolean"
+    ):
+        _decode({"sequence_id": 3, key: value})

@@ -1,0 +1,99 @@
+"""Ensembles in the model manager, in process: load order at start, poll mode, and cycles between
+ensembles, over the ONNX `simple` model."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nereid.errors import NotFound
+from nereid.repository import ModelManager
+from nereid.settings import ServerSettings
+from tests.conftest import EXAMPLES
+
+IO = (
+    'input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
+    'output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "DIFF" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
+)
+
+
+def _simple(root: Path, name: str) -> None:
+    shutil.copytree(EXAMPLES / "simple", root / name)
+    config = root / name / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "simple"', f'name: "{name}"'))
+
+
+def _ensemble(root: Path, name: str, member: str, member_io: tuple[str, str, str, str]) -> None:
+    """One step: A, B -> `member` -> SUM, DIFF; `member_io` names the member's two inputs and outputs."""
+    a, b, total, diff = member_io
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 8\n{IO}'
+        f'ensemble_scheduling {{ step [ {{ model_name: "{member}" model_version: -1 '
+        f'input_map {{ key: "{a}" value: "A" }} input_map {{ key: "{b}" value: "B" }} '
+        f'output_map {{ key: "{total}" value: "SUM" }} output_map {{ key: "{diff}" value: "DIFF" }} }} ] }}\n'
+    )
+
+
+ONNX = ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1")
+NESTED = ("A", "B", "SUM", "DIFF")
+
+
+def _manager(root: Path, mode: str = "none") -> ModelManager:
+    return ModelManager(
+        ServerSettings(model_repositories=(root,), model_control_mode=mode, exit_timeout_secs=5)
+    )
+
+
+def test_ensembles_load_after_what_they_call_whatever_their_names(tmp_path: Path) -> None:
+    _simple(tmp_path, "zeta")
+    _ensemble(tmp_path, "b_pipe", "zeta", ONNX)
+    _ensemble(tmp_path, "a_outer", "b_pipe", NESTED)  # an ensemble of an ensemble, named before it
+    manager = _manager(tmp_path)
+    manager.load_all()
+    try:
+        assert {row["name"]: row["state"] for row in manager.index()} == dict.fromkeys(
+            ("a_outer", "b_pipe", "zeta"), "READY"
+        )
+        assert manager.get("a_outer").metadata["platform"] == "ensemble"
+    finally:
+        manager.stop()
+
+
+def test_ensembles_calling_each_other_fail_and_say_why(tmp_path: Path) -> None:
+    _ensemble(tmp_path, "ping", "pong", NESTED)
+    _ensemble(tmp_path, "pong", "ping", NESTED)
+    manager = _manager(tmp_path)
+    manager.load_all()  # returns: no deadlock, no endless recursion
+    try:
+        reasons = {row["name"]: row["reason"] for row in manager.index()}
+        assert reasons == {
+            "ping": "ensemble ping contains models that are not available or ambiguous: pong",
+            "pong": "ensemble pong contains models that are not available or ambiguous: ping",
+        }
+        with pytest.raises(NotFound, match="'ping' is not found"):
+            manager.get("ping")
+    finally:
+        manager.stop()
+
+
+def test_poll_mode_follows_an_ensemble_and_its_member(tmp_path: Path) -> None:
+    _simple(tmp_path, "alpha")
+    manager = _manager(tmp_path, "poll")
+    manager.load_all()  # start() without the polling thread: poll() is driven by hand below
+    try:
+        # an ensemble and the model it calls appear together; the ensemble is polled first
+        _ensemble(tmp_path, "a_pipe", "zeta", ONNX)
+        _simple(tmp_path, "zeta")
+        manager.poll()
+        assert manager.is_ready("a_pipe") and manager.is_ready("zeta")
+        shutil.rmtree(tmp_path / "zeta")  # the member goes: the ensemble goes with it
+        manager.poll()
+        assert not manager.is_ready("zeta") and not manager.is_ready("a_pipe")
+        _simple(tmp_path, "zeta")  # and comes back with it
+        manager.poll()
+        assert manager.is_ready("a_pipe")
+    finally:
+        manager.stop()

@@ -1,0 +1,145 @@
+"""The ensemble scheduler with fake composing models: steps start when their inputs exist, independent
+steps run together, a failure or a cancellation stops the steps still running."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from functools import wraps
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nereid.backends.base import SEQUENCE_START, BackendRequest
+from nereid.errors import InternalError, InvalidArgument
+from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep
+from nereid.statistics import RequestTiming
+from nereid.types import InferRequest, InferResponse, InferTensor
+
+
+class FakeMembers:
+    """Each model adds its name's length to its one input; gates let a test hold a model back."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, asyncio.Event] = {}
+        self.started: dict[str, asyncio.Event] = {}
+        self.cancelled: list[str] = []
+        self.requests: list[InferRequest] = []
+        self.fail: set[str] = set()
+
+    def started_event(self, model: str) -> asyncio.Event:
+        return self.started.setdefault(model, asyncio.Event())
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        self.requests.append(request)
+        self.started_event(request.model_name).set()
+        try:
+            if request.model_name in self.gates:
+                await self.gates[request.model_name].wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(request.model_name)
+            raise
+        if request.model_name in self.fail:
+            raise InvalidArgument(f"model '{request.model_name}' refused it")
+        total = sum(t.data for t in request.inputs) + len(request.model_name)
+        outputs = [InferTensor(o.name, "FP32", total.shape, total) for o in request.outputs or []]
+        return InferResponse(request.model_name, "1", outputs)
+
+
+def _sync(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+    """Run an async test on an event loop of its own (the suite uses no asyncio plugin)."""
+
+    @wraps(test)
+    def run() -> None:
+        asyncio.run(test())
+
+    return run
+
+
+def _scheduler(fake: FakeMembers, steps: list[EnsembleStep]) -> EnsembleScheduler:
+    def lookup(name: str, version: str) -> Any:
+        raise AssertionError("not used")
+
+    return EnsembleScheduler("e", tuple(steps), EnsembleMembers(lookup, fake.infer))
+
+
+DIAMOND = [
+    EnsembleStep("join", "", {"A": "a", "B": "b"}, {"OUT": "OUT"}),  # listed first: order does not matter
+    EnsembleStep("left", "", {"IN": "IN"}, {"OUT": "a"}),
+    EnsembleStep("right", "2", {"IN": "IN"}, {"OUT": "b"}),
+]
+
+
+def _request(**extra: Any) -> BackendRequest:
+    return BackendRequest({"IN": np.zeros(2, dtype=np.float32)}, ("OUT",), "r1", **extra)
+
+
+@_sync
+async def test_independent_steps_run_together_and_the_join_waits_for_both() -> None:
+    fake = FakeMembers()
+    fake.gates = {"left": asyncio.Event(), "right": asyncio.Event()}
+    timing = RequestTiming()
+    run = asyncio.ensure_future(_scheduler(fake, DIAMOND).execute(_request(), timing))
+    # both branches start while neither may finish: they are running at the same time
+    await asyncio.wait_for(fake.started_event("left").wait(), 5)
+    await asyncio.wait_for(fake.started_event("right").wait(), 5)
+    fake.gates["left"].set()
+    await asyncio.sleep(0)
+    assert "join" not in fake.started
+    fake.gates["right"].set()
+    outputs = await asyncio.wait_for(run, 5)
+    np.testing.assert_array_equal(outputs["OUT"], np.full(2, 4 + 5 + 4, dtype=np.float32))
+    assert [(r.model_name, r.model_version) for r in fake.requests] == [
+        ("left", ""),
+        ("right", "2"),
+        ("join", ""),
+    ]
+    assert all(r.id == "r1" for r in fake.requests)
+    assert timing.infer_ns > 0
+
+
+@_sync
+async def test_a_failing_step_cancels_the_others_and_names_the_ensemble() -> None:
+    fake = FakeMembers()
+    fake.gates = {"right": asyncio.Event()}
+    fake.fail = {"left"}
+    with pytest.raises(InvalidArgument, match=r"^in ensemble 'e', model 'left' refused it$"):
+        await asyncio.wait_for(_scheduler(fake, DIAMOND).execute(_request()), 5)
+    assert fake.cancelled == ["right"]
+
+
+@_sync
+async def test_cancelling_the_request_cancels_its_steps() -> None:
+    fake = FakeMembers()
+    fake.gates = {"left": asyncio.Event(), "right": asyncio.Event()}
+    run = asyncio.ensure_future(_scheduler(fake, DIAMOND).execute(_request()))
+    await asyncio.wait_for(fake.started_event("right").wait(), 5)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert sorted(fake.cancelled) == ["left", "right"]
+
+
+@_sync
+async def test_sequence_parameters_and_custom_ones_reach_every_step() -> None:
+    fake = FakeMembers()
+    request = _request(parameters={"custom": "x"}, correlation_id=9, flags=SEQUENCE_START, timeout_us=500)
+    await _scheduler(fake, DIAMOND).execute(request)
+    assert {str(r.parameters) for r in fake.requests} == {
+        str({"custom": "x", "sequence_id": 9, "sequence_start": True, "timeout": 500})
+    }
+
+
+@_sync
+async def test_an_output_no_step_produced_is_an_internal_error() -> None:
+    fake = FakeMembers()
+    steps = [EnsembleStep("left", "", {"IN": "IN"}, {"MISSING": "OUT"})]
+
+    async def leaves_it_out(request: InferRequest) -> InferResponse:
+        return InferResponse(request.model_name, "1", [])
+
+    scheduler = EnsembleScheduler("e", tuple(steps), EnsembleMembers(lambda n, v: None, leaves_it_out))  # type: ignore[arg-type,return-value]
+    with pytest.raises(InternalError, match="no step produced output"):
+        await scheduler.execute(_request())
+    assert fake.requests == []

@@ -1,0 +1,345 @@
+"""The sequence batcher with fake instances: slots, backlog, idle sequences, batches and implicit state."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest, BackendResult
+from nereid.errors import InvalidArgument
+from nereid.scheduling import SequenceBatcher, create_scheduler
+
+STATE = """
+  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def _config(max_batch_size: int, batching: str) -> mc.ModelConfig:
+    return text_format.Parse(
+        f'name: "m" max_batch_size: {max_batch_size} sequence_batching {{ {batching} }}', mc.ModelConfig()
+    )
+
+
+class Instance:
+    """Adds INPUT to INPUT_STATE (when the model has state); records every execution; can be held at a gate."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.calls: list[list[BackendRequest]] = []
+        self.gate = gate
+        self.closed = False
+
+    def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        self.calls.append(list(requests))
+        if self.gate is not None:
+            self.gate.wait(10)
+        results: list[BackendResult] = []
+        for r in requests:
+            total = r.inputs["INPUT"] + r.inputs.get("INPUT_STATE", 0)
+            results.append({"OUTPUT": total, "OUTPUT_STATE": total})
+        return results
+
+    def close(self) -> None:
+        self.closed = True
+
+    def seen(self) -> list[list[int | str]]:
+        """The correlation ids of each execution, in order."""
+        return [[r.correlation_id for r in call] for call in self.calls]
+
+
+def _request(
+    sequence: int | str, value: int, flags: int = 0, outputs: tuple[str, ...] = ("OUTPUT",)
+) -> BackendRequest:
+    return BackendRequest(
+        {"INPUT": np.array([[value]], dtype=np.int32)}, outputs, correlation_id=sequence, flags=flags
+    )
+
+
+async def _value(scheduler: SequenceBatcher, request: BackendRequest) -> int:
+    return int((await scheduler.execute(request))["OUTPUT"][0, 0])
+
+
+async def _until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.001)
+
+
+def test_config_with_sequence_batching_gets_the_sequence_batcher() -> None:
+    scheduler = create_scheduler("'m' version 1", _config(2, ""), [Instance()])
+    try:
+        assert isinstance(scheduler, SequenceBatcher)
+    finally:
+        scheduler.stop()
+
+
+def test_each_sequence_stays_on_one_instance_and_runs_in_order() -> None:
+    instances = [Instance(), Instance()]
+    scheduler = SequenceBatcher("m", _config(2, "direct { }" + STATE), instances)
+
+    async def one(sequence: int) -> list[int]:
+        totals = []
+        for step in range(5):
+            flags = (SEQUENCE_START if step == 0 else 0) | (SEQUENCE_END if step == 4 else 0)
+            totals.append(await _value(scheduler, _request(sequence, sequence, flags)))
+        return totals
+
+    async def run() -> list[list[int]]:
+        return await asyncio.gather(*(one(s) for s in (1, 2, 3)))
+
+    try:
+        results = asyncio.run(run())
+    finally:
+        scheduler.stop()
+    assert results == [[s * (k + 1) for k in range(5)] for s in (1, 2, 3)]
+    on = [{c for call in i.seen() for c in call} for i in instances]
+    assert on[0].isdisjoint(on[1])
+    assert {1, 2} - on[0] and {1, 2} - on[1]  # the first two sequences went to different instances
+    assert all(i.closed for i in instances)
+
+
+def test_a_sequence_waits_in_the_backlog_until_a_slot_frees() -> None:
+    instance = Instance()
+    scheduler = SequenceBatcher("m", _config(1, "direct { }"), [instance])  # one slot
+
+    async def run() -> None:
+        assert await _value(scheduler, _request(1, 10, SEQUENCE_START)) == 10
+        waiting = asyncio.create_task(_value(scheduler, _request(2, 20, SEQUENCE_START)))
+        await asyncio.sleep(0)  # the task enqueues its request; it has no slot to run in
+        assert scheduler.pending() == 1 and scheduler.active_sequences() == 2
+        assert instance.seen() == [[1]]
+        assert await _value(scheduler, _request(1, 11, SEQUENCE_END)) == 11
+        assert await waiting == 20
+        assert instance.seen() == [[1], [1], [2]]
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+
+
+def test_idle_sequences_are_released_and_late_requests_refused() -> None:
+    scheduler = SequenceBatcher("m", _config(2, "max_sequence_idle_microseconds: 500000"), [Instance()])
+
+    async def run() -> None:
+        await _value(scheduler, _request(7, 1, SEQUENCE_START))
+        await _value(scheduler, _request(8, 1, SEQUENCE_START))
+        assert scheduler.active_sequences() == 2
+        await _until(lambda: scheduler.active_sequences() == 0)
+        with pytest.raises(InvalidArgument, match="for sequence 7 to model 'm' must specify the START flag"):
+            await scheduler.execute(_request(7, 1))
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+
+
+def test_requests_without_a_sequence_are_refused() -> None:
+    scheduler = SequenceBatcher("m", _config(2, ""), [Instance()])
+
+    async def run() -> None:
+        with pytest.raises(InvalidArgument, match="must specify a non-zero or non-empty correlation ID"):
+            await scheduler.execute(_request(0, 1, SEQUENCE_START))
+        with pytest.raises(InvalidArgument, match="must specify a non-zero or non-empty correlation ID"):
+            await scheduler.execute(_request("", 1, SEQUENCE_START))
+        with pytest.raises(InvalidArgument, match="sequence abc to model 'm' must specify the START flag"):
+            await scheduler.execute(_request("abc", 1))
+        assert await _value(scheduler, _request("abc", 4, SEQUENCE_START | SEQUENCE_END)) == 4
+        with pytest.raises(InvalidArgument, match="START flag"):  # ended with its first request
+            await scheduler.execute(_request("abc", 1))
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+
+
+def test_direct_batches_take_one_request_per_slot() -> None:
+    gate = threading.Event()
+    instance = Instance(gate)
+    scheduler = SequenceBatcher("m", _config(4, "direct { }"), [instance])
+
+    async def run() -> None:
+        first = asyncio.create_task(_value(scheduler, _request(1, 1, SEQUENCE_START)))
+        await _until(lambda: len(instance.calls) == 1)  # held at the gate
+        rest = [
+            asyncio.create_task(_value(scheduler, _request(2, 2, SEQUENCE_START))),
+            asyncio.create_task(_value(scheduler, _request(1, 3))),
+            asyncio.create_task(_value(scheduler, _request(1, 4))),
+            asyncio.create_task(_value(scheduler, _request(3, 5, SEQUENCE_START))),
+        ]
+        await asyncio.sleep(0)
+        gate.set()
+        assert await first == 1
+        assert await asyncio.gather(*rest) == [2, 3, 4, 5]
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+    # slot order: sequence 1 holds slot 0, 2 slot 1, 3 slot 2; sequence 1's second request waits a batch
+    assert instance.seen() == [[1], [1, 2, 3], [1]]
+
+
+def test_oldest_batches_take_the_oldest_request_of_each_sequence() -> None:
+    gate = threading.Event()
+    instance = Instance(gate)
+    batching = "oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2 ] }"
+    scheduler = SequenceBatcher("m", _config(4, batching), [instance])
+
+    async def run() -> None:
+        first = asyncio.create_task(_value(scheduler, _request(1, 1, SEQUENCE_START)))
+        await _until(lambda: len(instance.calls) == 1)
+        rest = [
+            asyncio.create_task(_value(scheduler, _request(2, 2, SEQUENCE_START))),
+            asyncio.create_task(_value(scheduler, _request(3, 3, SEQUENCE_START))),
+            asyncio.create_task(_value(scheduler, _request(1, 4))),
+        ]
+        await asyncio.sleep(0)
+        gate.set()
+        assert await first == 1
+        assert await asyncio.gather(*rest) == [2, 3, 4]
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+    # the preferred size 2 takes the two oldest (2 and 3); sequence 1's request follows
+    assert instance.seen() == [[1], [2, 3], [1]]
+
+
+def test_implicit_state_per_sequence_reset_on_start_and_hidden_unless_asked() -> None:
+    instance = Instance()
+    scheduler = SequenceBatcher("m", _config(2, "direct { }" + STATE), [instance])  # both share the instance
+
+    async def run() -> None:
+        assert await _value(scheduler, _request("a", 1, SEQUENCE_START)) == 1
+        assert await _value(scheduler, _request("b", 100, SEQUENCE_START)) == 100
+        assert await _value(scheduler, _request("a", 2)) == 3
+        assert await _value(scheduler, _request("b", 5)) == 105
+        assert await _value(scheduler, _request("a", 10, SEQUENCE_START)) == 10  # a new start resets it
+        plain = await scheduler.execute(_request("a", 1))
+        assert set(plain) == {"OUTPUT"}
+        asked = await scheduler.execute(_request("a", 1, outputs=("OUTPUT", "OUTPUT_STATE")))
+        assert int(asked["OUTPUT_STATE"][0, 0]) == 12
+        assert await _value(scheduler, _request("b", 1, SEQUENCE_END)) == 106
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+    assert instance.calls[0][0].outputs == ("OUTPUT", "OUTPUT_STATE")  # the model is asked for its state
+    assert int(instance.calls[0][0].inputs["INPUT_STATE"][0, 0]) == 0
+
+
+def test_initial_state_from_a_file(tmp_path: Path) -> None:
+    (tmp_path / "initial_state").mkdir()
+    (tmp_path / "initial_state" / "start.bin").write_bytes(np.array([1000], dtype=np.int32).tobytes())
+    state = STATE.replace(
+        "dims: [ 1 ] }",
+        'dims: [ 1 ] initial_state { name: "s" data_type: TYPE_INT32 dims: [ 1 ] data_file: "start.bin" } }',
+    )
+    scheduler = SequenceBatcher("m", _config(2, state), [Instance()], tmp_path)
+
+    async def run() -> None:
+        assert await _value(scheduler, _request(1, 5, SEQUENCE_START)) == 1005
+        assert await _value(scheduler, _request(1, 5, SEQUENCE_END)) == 1010
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+
+
+def test_a_failing_execution_fails_its_requests_and_the_sequence_goes_on() -> None:
+    class Failing(Instance):
+        def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+            if int(requests[0].inputs["INPUT"][0, 0]) < 0:
+                raise ValueError("negative")
+            return super().execute(requests)
+
+    scheduler = SequenceBatcher("m", _config(2, STATE), [Failing()])
+
+    async def run() -> None:
+        assert await _value(scheduler, _request(1, 5, SEQUENCE_START)) == 5
+        with pytest.raises(Exception, match="ValueError: negative"):
+            await scheduler.execute(_request(1, -1))
+        assert await _value(scheduler, _request(1, 5, SEQUENCE_END)) == 10
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+
+
+class PipelinedInstance:
+    """An AsyncModelInstance whose executions the test finishes by hand."""
+
+    pipeline_depth = 2
+
+    def __init__(self) -> None:
+        self.submissions: list[
+            tuple[list[BackendRequest], Callable[[list[BackendResult] | BaseException], None]]
+        ] = []
+
+    def submit(
+        self, requests: Sequence[BackendRequest], done: Callable[[list[BackendResult] | BaseException], None]
+    ) -> None:
+        self.submissions.append((list(requests), done))
+
+    def finish(self, index: int) -> None:
+        requests, done = self.submissions[index]
+        done(
+            [
+                {
+                    "OUTPUT": r.inputs["INPUT"] + r.inputs["INPUT_STATE"],
+                    "OUTPUT_STATE": r.inputs["INPUT"] + r.inputs["INPUT_STATE"],
+                }
+                for r in requests
+            ]
+        )
+
+    async def model_ready(self) -> bool:
+        return True
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_worker_takes_the_next_batch_while_it_runs_one_leaving_out_running_sequences() -> None:
+    instance = PipelinedInstance()
+    scheduler = SequenceBatcher("m", _config(4, "direct { }" + STATE), [instance])
+
+    async def run() -> None:
+        a1 = asyncio.create_task(_value(scheduler, _request("a", 1, SEQUENCE_START)))
+        await _until(lambda: len(instance.submissions) == 1)
+        a2 = asyncio.create_task(_value(scheduler, _request("a", 2)))
+        b1 = asyncio.create_task(_value(scheduler, _request("b", 10, SEQUENCE_START)))
+        await _until(lambda: len(instance.submissions) == 2)  # b goes on while a runs; a's next waits
+        assert [[r.correlation_id for r in s[0]] for s in instance.submissions] == [["a"], ["b"]]
+        instance.finish(0)
+        assert await a1 == 1
+        await _until(lambda: len(instance.submissions) == 3)
+        assert [r.correlation_id for r in instance.submissions[2][0]] == ["a"]
+        instance.finish(1)
+        instance.finish(2)
+        assert await b1 == 10
+        assert await a2 == 3  # it saw the state a's first request left
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
