@@ -28,10 +28,22 @@ BACKEND_PLATFORMS = {
 _MODULES = {
     "onnxruntime": ("nereid.backends.onnxruntime", "onnx"),
     "python": ("nereid.backends.python", ""),
+    "pytorch": ("nereid.backends.pytorch", "torch"),
+    "tensorflow": ("nereid.backends.tensorflow", "tensorflow"),
+    "openvino": ("nereid.backends.openvino", "openvino"),
+    "fil": ("nereid.backends.fil", "trees"),
+    "tensorrt": ("nereid.backends.tensorrt", "tensorrt"),
 }
 
 # Model file suffixes that identify the backend when the config names none.
-_DETECT = {".onnx": "onnxruntime", ".py": "python", ".pt": "pytorch", ".plan": "tensorrt"}
+_DETECT = {
+    ".onnx": "onnxruntime",
+    ".py": "python",
+    ".pt": "pytorch",
+    ".plan": "tensorrt",
+    ".savedmodel": "tensorflow",
+    ".graphdef": "tensorflow",
+}
 
 _loaded: dict[str, Backend] = {}
 

@@ -11,8 +11,10 @@ import numpy as np
 import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
+from nereid.backends import framework
 from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
 from nereid.backends.batching import execute_batched
+from nereid.backends.framework import ModelTensor
 from nereid.errors import InternalError, InvalidArgument, ModelConfigError, NereidError, Unavailable
 from nereid.model_config.sequence import state_outputs, supplied_inputs
 
@@ -53,22 +55,15 @@ class OnnxRuntimeBackend:
 
     def auto_complete(self, config: mc.ModelConfig, model_file: Path, default_max_batch_size: int) -> None:
         session = _metadata_session(model_file)
-        model_inputs = session.get_inputs()
-        model_outputs = session.get_outputs()
-        if config.max_batch_size == 0 and not config.input and not config.output:
-            # Batchable when every tensor's first dimension is variable, as Triton decides it.
-            batchable = all(
-                _is_variable(t.shape[0]) for t in [*model_inputs, *model_outputs] if len(t.shape) > 0
-            )
-            if batchable and default_max_batch_size > 0:
-                config.max_batch_size = default_max_batch_size
-                if not config.HasField("sequence_batching") and not config.HasField("dynamic_batching"):
-                    config.dynamic_batching.SetInParent()
-        skip = 1 if config.max_batch_size > 0 else 0
         # The sequence batcher supplies control and state inputs; state outputs stay out unless listed.
-        supplied, states = supplied_inputs(config), state_outputs(config)
-        _complete_tensors(config.input, [t for t in model_inputs if t.name not in supplied], skip)
-        _complete_tensors(config.output, [t for t in model_outputs if t.name not in states], skip)
+        framework.complete_io(
+            config,
+            _model_tensors(session.get_inputs()),
+            _model_tensors(session.get_outputs()),
+            default_max_batch_size,
+            omit_inputs=supplied_inputs(config),
+            omit_outputs=state_outputs(config),
+        )
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
         session = _metadata_session(model_file)
@@ -184,34 +179,17 @@ def _model_dims(shape: list, skip: int) -> list[int]:
     return [d if isinstance(d, int) and d >= 0 else -1 for d in shape[skip:]]
 
 
-def _complete_tensors(tensors, model_tensors, skip: int) -> None:  # type: ignore[no-untyped-def]
-    """Add tensors the config lacks; fill data_type/dims of listed ones that leave them out."""
-    listed = {t.name: t for t in tensors}
-    for model_tensor in model_tensors:
-        dtype = _ONNX_TYPES.get(model_tensor.type, mc.TYPE_INVALID)
-        tensor = listed.get(model_tensor.name)
-        if tensor is None:
-            tensor = tensors.add(name=model_tensor.name)
-        if tensor.data_type == mc.TYPE_INVALID:
-            tensor.data_type = dtype
-        if not tensor.dims and not tensor.HasField("reshape"):
-            dims = _model_dims(model_tensor.shape, skip)
-            if dims:
-                tensor.dims.extend(dims)
-            else:
-                tensor.dims.append(1)
-                tensor.reshape.SetInParent()
+def _model_tensors(tensors) -> list[ModelTensor]:  # type: ignore[no-untyped-def]
+    return [
+        ModelTensor(t.name, _ONNX_TYPES.get(t.type, mc.TYPE_INVALID), tuple(_model_dims(t.shape, 0)))
+        for t in tensors
+    ]
 
 
 def _check_against_model(kind, tensors, model_tensors, config: mc.ModelConfig, require_all: bool) -> None:  # type: ignore[no-untyped-def]
     by_name = {t.name: t for t in model_tensors}
     for tensor in tensors:
-        model_tensor = by_name.get(tensor.name)
-        if model_tensor is None:
-            raise ModelConfigError(
-                f"model '{config.name}': unexpected {kind} '{tensor.name}' in the configuration; "
-                f"the model's {kind}s are {sorted(by_name)}"
-            )
+        model_tensor = framework.model_tensor_for(config, kind, tensor.name, by_name)
         expected = _ONNX_TYPES.get(model_tensor.type)
         if expected != tensor.data_type:
             raise ModelConfigError(

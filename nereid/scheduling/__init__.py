@@ -25,7 +25,7 @@ def create_scheduler(
     """The scheduler the config asks for; `label` names the model version in its messages. `model_dir`
     holds files some schedulers read (the sequence batcher's initial state files)."""
     if config.HasField("sequence_batching"):
-        return SequenceBatcher(label, config, instances, model_dir)
+        return SequenceBatcher(label, config, instances, model_dir, statistics)
     # Without a batch dimension there is nothing to batch: Triton runs each request on its own then.
     if config.HasField("dynamic_batching") and config.max_batch_size > 0:
         return DynamicBatcher(label, BatcherConfig.from_config(config), instances, statistics)

@@ -35,7 +35,7 @@ from nereid.errors import InternalError, InvalidArgument, NereidError, Unavailab
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
 from nereid.scheduling.sequence_policy import DirectPolicy, SlotId, SlotTable, decide_direct, idle_expired
 from nereid.scheduling.sequence_tensors import SequenceTensors, State
-from nereid.statistics import RequestTiming
+from nereid.statistics import ModelStatistics, RequestTiming
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +109,11 @@ class SequenceBatcher:
         config: mc.ModelConfig,
         instances: Sequence[ModelInstance | AsyncModelInstance],
         model_dir: Path | None = None,
+        statistics: ModelStatistics | None = None,
     ) -> None:
         self._label = model_label
+        self._statistics = statistics
+        self._batch_dimension = config.max_batch_size > 0
         self._model = config.name
         batching = config.sequence_batching
         self._tensors = SequenceTensors(config, model_dir or Path("."))
@@ -348,6 +351,7 @@ class SequenceBatcher:
         for (job, sequence), result in zip(jobs, results, strict=True):
             if job.timing is not None:
                 job.timing.infer_ns = elapsed_ns
+                job.timing.batched = True  # the execution is recorded once, below
             if isinstance(result, dict) and self._tensors.has_state:
                 sequence.state = self._tensors.take_state(job.request, result, sequence.state)
             sequence.running = False
@@ -355,8 +359,19 @@ class SequenceBatcher:
             if sequence.jobs and sequence.slot is not None:
                 self._batchers[sequence.slot.instance].waiting[sequence] = None
             _resolve(job.future, result)
+        if self._statistics is not None:
+            self._statistics.record_execution(
+                sum(self._elements(job.request) for job, _ in jobs), 0, elapsed_ns, 0
+            )
         batcher.outstanding -= 1
         self._dispatch(batcher)
+
+    def _elements(self, request: BackendRequest) -> int:
+        """Batch elements of a request: its first dimension when the model batches."""
+        if self._batch_dimension:
+            for array in request.inputs.values():
+                return int(array.shape[0]) if array.ndim else 1
+        return 1
 
     def _unexpected(self, exc: BaseException) -> InternalError:
         log.error("model %s: unexpected error in execute", self._label, exc_info=exc)

@@ -87,7 +87,7 @@ def test_a_broken_model_does_not_stop_the_others(tmp_path: Path) -> None:
             'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [16] } ]'
         ),
     )
-    _model(tmp_path, "other_backend", config='backend: "tensorflow"')
+    _model(tmp_path, "other_backend", config='backend: "caffe2"')
     (tmp_path / "empty_versions").mkdir()
     (tmp_path / "empty_versions" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"')
     manager = _manager(tmp_path)
@@ -95,7 +95,7 @@ def test_a_broken_model_does_not_stop_the_others(tmp_path: Path) -> None:
         assert manager.get("good").version == 1
         reasons = {row["name"]: row["reason"] for row in manager.index() if row["state"] == "UNAVAILABLE"}
         assert "TYPE_FP32 in the configuration but tensor(int32) in the model" in reasons["wrong_type"]
-        assert "backend 'tensorflow' is not supported" in reasons["other_backend"]
+        assert "backend 'caffe2' is not supported" in reasons["other_backend"]
         assert "empty_versions" in reasons
         assert not manager.all_ready()
     finally:

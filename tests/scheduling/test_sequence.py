@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest, BackendResult
 from nereid.errors import InvalidArgument
 from nereid.scheduling import SequenceBatcher, create_scheduler
+from nereid.statistics import ModelStatistics
 
 STATE = """
   state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]
@@ -75,7 +76,7 @@ async def _until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-u
 
 
 def test_config_with_sequence_batching_gets_the_sequence_batcher() -> None:
-    scheduler = create_scheduler("'m' version 1", _config(2, ""), [Instance()])
+    scheduler = create_scheduler("'m' version 1", _config(2, ""), [Instance()], ModelStatistics())
     try:
         assert isinstance(scheduler, SequenceBatcher)
     finally:
@@ -167,7 +168,8 @@ def test_requests_without_a_sequence_are_refused() -> None:
 def test_direct_batches_take_one_request_per_slot() -> None:
     gate = threading.Event()
     instance = Instance(gate)
-    scheduler = SequenceBatcher("m", _config(4, "direct { }"), [instance])
+    statistics = ModelStatistics()
+    scheduler = SequenceBatcher("m", _config(4, "direct { }"), [instance], statistics=statistics)
 
     async def run() -> None:
         first = asyncio.create_task(_value(scheduler, _request(1, 1, SEQUENCE_START)))
@@ -189,6 +191,9 @@ def test_direct_batches_take_one_request_per_slot() -> None:
         scheduler.stop()
     # slot order: sequence 1 holds slot 0, 2 slot 1, 3 slot 2; sequence 1's second request waits a batch
     assert instance.seen() == [[1], [1, 2, 3], [1]]
+    stats = statistics.to_json("m", "1")  # one execution per batch, as in Triton
+    assert (stats["execution_count"], stats["inference_count"]) == (3, 5)
+    assert [(b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]] == [(1, 2), (3, 1)]
 
 
 def test_oldest_batches_take_the_oldest_request_of_each_sequence() -> None:
