@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid import TRITON_PROTOCOL_VERSION
+from nereid.backends import services
 from nereid.classification import classify
 from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
 from nereid.errors import QueueFull, QueueTimeout, Unavailable
@@ -26,6 +27,7 @@ from nereid.scheduling.ensemble import sequence_parameters
 from nereid.settings import ServerSettings
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 from nereid.statistics import RequestTiming
+from nereid.streaming import DecoupledModel, StreamEvent, infer_stream
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 # Extensions this server implements, named as Triton names them in server metadata.
@@ -49,6 +51,7 @@ class Engine:
         self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
         models.members.infer = self.infer  # ensembles run their steps as requests of this engine
         self._live = True
+        services.provide(self)  # for model code that calls back into the server (BLS)
 
     # health and metadata
     def is_live(self) -> bool:
@@ -89,6 +92,8 @@ class Engine:
     async def infer(self, request: InferRequest) -> InferResponse:
         start = time.perf_counter_ns()
         model = self.models.get(request.model_name, request.model_version)
+        if model.decoupled:
+            raise DecoupledModel()
         # Counted so that a reload or unload retires this version only once its requests are answered.
         model.inflight += 1
         try:
@@ -130,6 +135,10 @@ class Engine:
                 model.name, model.version_text, outputs, request.id, sequence_parameters(request.parameters)
             )
         return InferResponse(model.name, model.version_text, outputs, request.id)
+
+    def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
+        """Any number of responses (decoupled models); see nereid.streaming."""
+        return infer_stream(self, request)
 
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """The statistics extension's answer: every loaded version, or the one (or ones) asked for."""

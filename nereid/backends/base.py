@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.errors import NereidError
+
+if TYPE_CHECKING:
+    from nereid.backends.responses import ResponseStream
 
 Outputs = dict[str, np.ndarray]
 # What an instance returns for one request: its outputs, or the error that fails that request alone.
@@ -53,6 +56,7 @@ class BackendRequest:
     flags: int = 0  # SEQUENCE_START | SEQUENCE_END
     timeout_us: int = 0  # the `timeout` parameter; 0: none
     priority: int = 0  # the `priority` parameter; 0: the model's default level
+    stream: ResponseStream | None = None  # a decoupled model's responses go there, not to the result
 
 
 class ModelInstance(Protocol):

@@ -46,6 +46,7 @@ class ModelVersion:
     ensemble: bool = False  # its responses echo the sequence parameters, as Triton's ensembles do
     # Read on every request, so computed once rather than from the protobuf config each time.
     max_batch_size: int = field(init=False)
+    decoupled: bool = field(init=False)  # responses come through streams (model_transaction_policy)
     version_text: str = field(init=False)
     all_outputs: tuple[RequestedOutput, ...] = field(init=False)  # what a request naming no outputs gets
 
@@ -57,6 +58,7 @@ class ModelVersion:
 
     def __post_init__(self) -> None:
         self.max_batch_size = self.config.max_batch_size
+        self.decoupled = self.config.model_transaction_policy.decoupled
         self.version_text = str(self.version)
         self.all_outputs = tuple(RequestedOutput(name) for name in self.output_names)
 

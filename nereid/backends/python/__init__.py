@@ -33,7 +33,7 @@ from nereid.backends.python.environment import worker_python
 from nereid.backends.python.instance import PythonInstance
 from nereid.backends.python.process import WorkerLaunch, WorkerProcess, start_worker
 from nereid.backends.python.worker import wire
-from nereid.errors import ModelConfigError, Unavailable, Unsupported
+from nereid.errors import ModelConfigError, Unavailable
 from nereid.model_config import config_from_json, config_to_json
 
 log = logging.getLogger("nereid.backends.python")
@@ -67,12 +67,7 @@ class PythonBackend:
         config.CopyFrom(config_from_json(_loads(reply[1])))
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
-        if config.model_transaction_policy.decoupled:
-            self._spares.discard(str(model_file))  # no instance will take it
-            raise Unsupported(
-                f"model '{config.name}' is decoupled (model_transaction_policy), which Nereid's Python backend "
-                "does not support yet"
-            )
+        pass
 
     def create_instance(self, spec: InstanceSpec) -> PythonInstance:
         launch = _launch(spec.config, spec.model_dir, spec.backend_config)

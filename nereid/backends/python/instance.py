@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from nereid.backends.base import BackendRequest, ExecutionDone, InstanceSpec
-from nereid.backends.python.messages import decode_result, encode_request
+from nereid.backends.python.bls import serve_bls, serve_control
+from nereid.backends.python.messages import decode_inline_result, decode_result, encode_request
 from nereid.backends.python.process import WorkerLaunch, WorkerProcess, exit_description, start_worker
 from nereid.backends.python.worker import wire
+from nereid.backends.responses import ResponseStream
 from nereid.errors import (
     InternalError,
     NereidError,
@@ -51,6 +53,7 @@ class _Execution:
     done: ExecutionDone
     loop: asyncio.AbstractEventLoop
     worker: WorkerProcess
+    slot: int = 0
     timer: asyncio.TimerHandle | None = None
     sent: float = 0.0
     awake_until: float = 0.0
@@ -97,6 +100,9 @@ class PythonInstance:
         self._inflight: collections.deque[_Execution] = collections.deque()  # oldest first
         self._held: list[_Held] = []
         self._ready_checks: dict[int, asyncio.Future[bool]] = {}
+        self._streams: dict[int, ResponseStream] = {}  # a decoupled model's open requests, by stream id
+        self._stream_ids = itertools.count(1)
+        self._calls: set[asyncio.Task[None]] = set()  # BLS and model control calls being served
         self._reason: str | None = None
         self._failed = False  # the worker died and could not be restarted
         self._closed = False
@@ -163,22 +169,25 @@ class PythonInstance:
         if worker.loop is not loop:
             self._bind(worker, loop)
         seq = worker.executions
-        writer = worker.inputs[seq % wire.PIPELINE_DEPTH]
+        slot = self._free_slot()
+        if slot == len(worker.inputs):
+            worker.inputs.append(wire.TensorWriter(self._launch.arena_size))
+        writer = worker.inputs[slot]
         try:
-            raw = tuple([encode_request(writer, request) for request in requests])
+            raw = tuple([encode_request(writer, r, self._open_stream(r)) for r in requests])
         except NereidError as exc:
             writer.reset()
             done(exc)
             return
         worker.executions = seq + 1
         new_size = writer.finish()
-        execution = _Execution(seq, done, loop, worker)
+        execution = _Execution(seq, done, loop, worker, slot)
         alone = not self._inflight
         if alone:
             self._start_timer(execution)
         self._inflight.append(execution)
         self._write(
-            worker, wire.encode((wire.EXECUTE, seq, new_size, raw)), writer.arena.fd if new_size else -1
+            worker, wire.encode((wire.EXECUTE, seq, slot, new_size, raw)), writer.arena.fd if new_size else -1
         )
         execution.sent = time.perf_counter()
         if alone and self._round_trip_s < 2 * self._busy_wait_s:
@@ -187,6 +196,31 @@ class PythonInstance:
             # answers have been coming soon enough for it to pay.
             execution.awake_until = execution.sent + self._busy_wait_s
             loop.call_soon(self._keep_awake, execution)
+
+    def _free_slot(self) -> int:
+        """The lowest slot that no execution in flight holds."""
+        inflight = self._inflight
+        if not inflight:
+            return 0
+        if len(inflight) == 1:
+            return 1 if inflight[0].slot == 0 else 0
+        held = {execution.slot for execution in inflight}
+        return next(slot for slot in itertools.count() if slot not in held)
+
+    def _open_stream(self, request: BackendRequest) -> int:
+        """The id under which the worker sends a decoupled request's responses (0: not decoupled)."""
+        stream = request.stream
+        if stream is None:
+            return 0
+        stream_id = next(self._stream_ids)
+        self._streams[stream_id] = stream
+        stream.on_cancel(lambda: self._cancel_stream(stream_id))
+        return stream_id
+
+    def _cancel_stream(self, stream_id: int) -> None:
+        worker = self._worker
+        if worker is not None and stream_id in self._streams:
+            self._write(worker, wire.encode((wire.CANCEL, stream_id)))
 
     def _keep_awake(self, execution: _Execution) -> None:
         if self._inflight and self._inflight[0] is execution and time.perf_counter() < execution.awake_until:
@@ -276,13 +310,14 @@ class PythonInstance:
     def _handle(self, worker: WorkerProcess, frame: tuple[Any, ...]) -> None:
         kind = frame[0]
         if kind == wire.RESULT:
-            _, seq, new_size, results = frame
-            slot = seq % wire.PIPELINE_DEPTH
+            _, seq, slot, new_size, results = frame
             if new_size:
+                while len(worker.outputs) <= slot:
+                    worker.outputs.append(None)
                 _replace(worker.outputs, slot, wire.Arena(worker.reader.take_fd(), new_size))
             execution = self._finish(seq)
             if execution is not None:
-                arena = worker.outputs[slot]
+                arena = worker.outputs[slot] if slot < len(worker.outputs) else None
                 execution.done([decode_result(arena, result) for result in results])
         elif kind == wire.FAILED:
             _, seq, message = frame
@@ -290,6 +325,21 @@ class PythonInstance:
             execution = self._finish(seq)
             if execution is not None:
                 execution.done(InternalError(message))
+        elif kind == wire.RESPONSE:
+            _, stream_id, final, result = frame
+            stream = self._streams.pop(stream_id) if final else self._streams.get(stream_id)
+            if stream is not None:
+                stream.put(decode_inline_result(result), final)
+        elif kind == wire.BLS or kind == wire.CONTROL:
+            serve = serve_bls if kind == wire.BLS else serve_control
+            loop = worker.loop or asyncio.get_running_loop()
+            task = loop.create_task(serve(frame, lambda answer: self._answer(worker, answer)))
+            self._calls.add(task)
+            task.add_done_callback(self._call_done)
+            # While the model waits for the server, the worker can run another execution (see
+            # worker/channel.py), so it may take one more: one the call itself may need, when the model
+            # calls itself through other models.
+            self.pipeline_depth += 1
         elif kind == wire.LOG:
             worker.log_frame(frame)
         elif kind == wire.READY_STATE:
@@ -300,10 +350,25 @@ class PythonInstance:
             if check is not None and not check.done():
                 check.set_result(ready)
 
+    def _call_done(self, task: asyncio.Task[None]) -> None:
+        self._calls.discard(task)
+        self.pipeline_depth -= 1
+
+    def _answer(self, worker: WorkerProcess, frame: tuple[Any, ...]) -> None:
+        if worker is self._worker:  # a restarted worker has no caller waiting
+            self._write(worker, wire.encode(frame))
+
     def _finish(self, seq: int) -> _Execution | None:
-        """The oldest execution in flight, answered now (answers come in order)."""
+        """The execution answered now: the oldest in flight, except when a worker waiting in a BLS call
+        ran a later one meanwhile."""
         inflight = self._inflight
-        if not inflight or inflight[0].seq != seq:
+        if not inflight:
+            return None
+        if inflight[0].seq != seq:
+            for execution in inflight:
+                if execution.seq == seq:
+                    inflight.remove(execution)
+                    return execution  # not the oldest: it has no timer
             return None
         execution = inflight.popleft()
         if not inflight:  # the last one in flight ran alone, or after one that is done
@@ -402,6 +467,9 @@ class PythonInstance:
             _call_on(loop, done, error)
         for check in self._ready_checks.values():
             _call_on(check.get_loop(), _not_ready, check)
+        streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            _call_on(stream.loop, stream.put, error, True)
 
 
 def _not_ready(check: asyncio.Future[bool]) -> None:

@@ -38,7 +38,7 @@ ERRORS: dict[str, type[NereidError]] = {
 }
 
 
-def encode_request(writer: wire.TensorWriter, request: BackendRequest) -> tuple[Any, ...]:
+def encode_request(writer: wire.TensorWriter, request: BackendRequest, stream_id: int = 0) -> tuple[Any, ...]:
     """A request as EXECUTE carries it (see wire.py), its inputs reserved in the writer's arena."""
     inputs = []
     for name, data in request.inputs.items():
@@ -57,7 +57,18 @@ def encode_request(writer: wire.TensorWriter, request: BackendRequest) -> tuple[
         request.timeout_us,
         request.outputs,
         tuple(inputs),
+        stream_id,
     )
+
+
+def decode_inline_result(result: tuple[Any, ...] | None) -> Outputs | NereidError | None:
+    """A response of a RESPONSE frame: outputs (tensors inline), an error, or None (the final flag alone)."""
+    if result is None:
+        return None
+    if not result[0]:
+        _, status, message = result
+        return ERRORS.get(status, InternalError)(message)
+    return {name: wire.inline_array(dt, shape, data) for name, dt, shape, data in result[1]}
 
 
 def decode_result(arena: wire.Arena | None, result: tuple[Any, ...]) -> BackendResult:

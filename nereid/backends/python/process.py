@@ -60,7 +60,7 @@ class WorkerProcess:
     # Per pipeline slot (execution number % PIPELINE_DEPTH): the server's arena for request inputs, and
     # the worker's for response outputs.
     inputs: list[wire.TensorWriter] = field(default_factory=list)
-    outputs: list[wire.Arena | None] = field(default_factory=lambda: [None] * wire.PIPELINE_DEPTH)
+    outputs: list[wire.Arena | None] = field(default_factory=list)  # by slot, as the worker grows them
     executions: int = 0  # EXECUTE frames sent so far
     has_is_ready: bool = False
     kill_reason: str | None = None  # set when the server kills it (execute timeout)
@@ -156,7 +156,7 @@ class WorkerProcess:
         for arena in self.outputs:
             if arena is not None:
                 arena.close()
-        self.outputs = [None] * wire.PIPELINE_DEPTH
+        self.outputs = []
 
 
 def start_worker(

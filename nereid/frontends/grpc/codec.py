@@ -159,6 +159,10 @@ def _from_contents(
     name = tensor.name
     fields = tensor.contents.ListFields() if tensor.HasField("contents") else []
     if not fields:
+        _check_shape(shape, name)
+        if datatype in WIRE_DATATYPES and element_count(shape, name) == 0:
+            # protobuf sends an empty list as no list at all: an empty tensor needs no data (as Triton)
+            return np.empty(shape, dtype=np.object_ if datatype == "BYTES" else numpy_dtype(datatype))
         raise _no_data(name, model_name)
     field = fields[0][0].name
     if CONTENTS_FIELD.get(datatype) != field:

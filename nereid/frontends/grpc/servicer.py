@@ -17,7 +17,8 @@ from nereid.engine import Engine
 from nereid.errors import NereidError, Unsupported, unexpected
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
 from nereid.frontends.grpc.status import GRPC_STATUS
-from nereid.frontends.grpc.stream import stream_responses
+from nereid.frontends.grpc.stream import request_stream, stream_responses
+from nereid.streaming import DecoupledModel
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +125,31 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         """One request through the engine; an unexpected exception becomes INTERNAL, logged once."""
         try:
             return encode_infer_response(await self._engine.infer(decode_infer_request(request)))
+        except DecoupledModel:
+            raise DecoupledModel("ModelInfer RPC") from None
         except NereidError:
             raise
         except Exception as exc:
             log.exception("unexpected error serving ModelInfer for model '%s'", request.model_name)
+            raise unexpected(exc) from exc
+
+    def _decoupled(self, message: pb.ModelInferRequest) -> bool:
+        try:
+            return self._engine.models.get(message.model_name, message.model_version).decoupled
+        except NereidError:
+            return False  # the request fails, in its turn
+
+    async def _stream_call(
+        self, message: pb.ModelInferRequest
+    ) -> AsyncIterator[pb.ModelStreamInferResponse | Any]:
+        """One request of a stream; an unexpected exception becomes INTERNAL, logged once."""
+        try:
+            async for item in request_stream(self._engine, message):
+                yield item
+        except NereidError:
+            raise
+        except Exception as exc:
+            log.exception("unexpected error serving ModelStreamInfer for model '%s'", message.model_name)
             raise unexpected(exc) from exc
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
@@ -146,7 +168,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             for key, value in context.invocation_metadata() or ()
         )
         try:
-            async for response in stream_responses(self.infer, request_iterator, strict):
+            responses = stream_responses(self._stream_call, request_iterator, strict, self._decoupled)
+            async for response in responses:
                 yield response
         except NereidError as exc:
             await context.abort(GRPC_STATUS[exc.status], exc.message)

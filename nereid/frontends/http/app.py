@@ -19,6 +19,8 @@ from nereid.frontends.http.codec import (
     error_body,
 )
 from nereid.frontends.http.compression import choose_encoding, compress, decompress
+from nereid.frontends.http.generate import event_stream, generate, wants_events
+from nereid.frontends.http.generate import generate_request as decode_generate_request
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.frontends.http.repository import (
     decode_cuda_register,
@@ -30,6 +32,7 @@ from nereid.frontends.http.repository import (
 from nereid.repository import ModelVersion
 from nereid.request_checks import request_prefix
 from nereid.settings import ServerSettings
+from nereid.streaming import DecoupledModel
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +47,9 @@ HTTP_STATUS = {
 _JSON = (b"content-type", b"application/json")
 _OCTET = (b"content-type", b"application/octet-stream")
 _TEXT = (b"content-type", b"text/plain")
-_MODEL_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats))?")
+_MODEL_ROUTE = re.compile(
+    r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats|generate|generate_stream))?"
+)
 _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(?:(index)|models/([^/]+)/(load|unload))")
 _SHARED_MEMORY_ROUTE = re.compile(
     r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
@@ -56,6 +61,8 @@ _GROUP_BY_ACTION = {
     "ready": "health",
     "config": "model-config",
     "stats": "statistics",
+    "generate": "inference",
+    "generate_stream": "inference",
 }
 
 
@@ -115,6 +122,12 @@ class HttpFrontend:
                 if action == "infer":
                     _allow(method, "POST")
                     return await self._infer(name, version, request), True
+                if action == "generate" or action == "generate_stream":
+                    _allow(method, "POST")
+                    generate_request = decode_generate_request(engine, name, version, request.body)
+                    if action == "generate":
+                        return await generate(engine, generate_request), False
+                    return await event_stream(engine, generate_request, flat=True), False
                 if action is None:
                     _allow(method, "GET")
                     return _json(200, engine.model_metadata(name, version)), False
@@ -204,7 +217,12 @@ class HttpFrontend:
             infer_request = decode_raw_binary_request(body, name, version, *_raw_input(model, len(body)))
         else:
             infer_request = decode_infer_request(body, header_length, name, version)
-        response = await self._engine.infer(infer_request)
+        try:
+            response = await self._engine.infer(infer_request)
+        except DecoupledModel:
+            if wants_events(headers.get("accept")):  # beyond Triton: the responses as a stream
+                return await event_stream(self._engine, infer_request, flat=False)
+            raise DecoupledModel("HTTP end point") from None
         payload, json_length = encode_infer_response(response, infer_request)
         if json_length is None:
             return HttpResponse(200, payload, [_JSON])

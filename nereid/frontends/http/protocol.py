@@ -15,7 +15,7 @@ import http
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,9 @@ class HttpResponse:
     status: int
     body: bytes = b""
     headers: Headers = field(default_factory=list)  # without content-length, which is added on write
+    # A body sent piece by piece as it is produced (chunked transfer encoding), instead of `body`. When the
+    # client goes away, the iterator is closed, so that what produces it can stop.
+    stream: AsyncIterator[bytes] | None = None
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
@@ -164,6 +167,7 @@ class _Connection(asyncio.Protocol):
         self._closing = False
         self.last_active = time.monotonic()
         self._idle_waiter: asyncio.Future[None] | None = None  # for stop(): set when nothing is in flight
+        self._drain_waiter: asyncio.Future[None] | None = None  # a streamed body waits for the client
         # the request being parsed
         self._url = b""
         self._headers: dict[str, str] = {}
@@ -192,6 +196,8 @@ class _Connection(asyncio.Protocol):
         self._server._connections.discard(self)
         self._pending.clear()
         self._transport = None
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
         if self._task is not None:
             # The client is gone: cancelling drops the request from its model's queue.
             self._task.cancel()
@@ -214,6 +220,8 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
         if len(self._pending) < _MAX_PIPELINED:
             self._resume_reading()
 
@@ -289,7 +297,14 @@ class _Connection(asyncio.Protocol):
         except Exception:  # the handler answers its own errors; this is a bug, not a client mistake
             log.exception("unexpected error answering %s %s", request.method, request.path)
             response = self._server._error_response(500, "internal error")
-        self._write(response, keep_alive and not self._closing)
+        if response.stream is None:
+            self._write(response, keep_alive and not self._closing)
+        else:
+            try:
+                await self._write_stream(response, keep_alive and not self._closing)
+            except asyncio.CancelledError:
+                self._finish()
+                raise
         self._finish()
         if not keep_alive or self._closing:
             self._close()
@@ -314,19 +329,41 @@ class _Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        status = response.status
         body = response.body
-        lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))]
-        for name, value in response.headers:
-            lines += (name, b": ", value, b"\r\n")
-        if not keep_alive:
-            lines.append(b"connection: close\r\n")
+        lines = _head(response, keep_alive)
         lines.append(b"content-length: %d\r\n\r\n" % len(body))
         if len(body) < _WRITEV_FROM:
             lines.append(body)
             transport.write(b"".join(lines))
         else:
             transport.writelines([b"".join(lines), body])
+
+    async def _write_stream(self, response: HttpResponse, keep_alive: bool) -> None:
+        """The head, then each piece as a chunk as soon as it comes; the iterator is closed in any case."""
+        stream = response.stream
+        assert stream is not None
+        try:
+            transport = self._transport
+            if transport is None:
+                return
+            lines = _head(response, keep_alive)
+            lines.append(b"transfer-encoding: chunked\r\n\r\n")
+            transport.write(b"".join(lines))
+            async for piece in stream:
+                transport = self._transport
+                if transport is None:
+                    return
+                if piece:
+                    transport.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                if self._writing_paused:
+                    self._drain_waiter = self._loop.create_future()
+                    await self._drain_waiter
+            if self._transport is not None:
+                self._transport.write(b"0\r\n\r\n")
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer, after the requests before it, and close: nothing after it on this connection can be trusted."""
@@ -361,3 +398,14 @@ class _Connection(asyncio.Protocol):
         if self._reading_paused and self._transport is not None:
             self._reading_paused = False
             self._transport.resume_reading()
+
+
+def _head(response: HttpResponse, keep_alive: bool) -> list[bytes]:
+    """The status line and headers, but for the framing header and the blank line."""
+    status = response.status
+    lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))]
+    for name, value in response.headers:
+        lines += (name, b": ", value, b"\r\n")
+    if not keep_alive:
+        lines.append(b"connection: close\r\n")
+    return lines

@@ -76,22 +76,6 @@ def test_stopping_the_server_finalizes_and_ends_every_worker(
     assert finalized == ["finalized_introspect_0_0", "finalized_introspect_0_1"]
 
 
-def test_decoupled_models_do_not_load_yet(tmp_path: Path) -> None:
-    others = worker_pids()
-    repository = copy_models(tmp_path, "add_sub")
-    config = repository / "add_sub" / "config.pbtxt"
-    config.write_text(config.read_text() + "model_transaction_policy { decoupled: true }\n")
-    manager = manager_for(repository)
-    try:
-        (row,) = manager.index()
-        assert (
-            row["state"] == "UNAVAILABLE" and "decoupled" in row["reason"] and "not support" in row["reason"]
-        )
-        assert worker_pids() == others  # the worker that ran auto-complete is gone too
-    finally:
-        manager.stop()
-
-
 def _environment(root: Path) -> Path:
     """A small environment with its own interpreter that sees this one's packages (numpy)."""
     env = root / "env"

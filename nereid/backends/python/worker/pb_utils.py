@@ -1,9 +1,9 @@
 """Triton's `triton_python_backend_utils`, as model code imports it inside a worker process.
 
 The worker registers this module under that name. It covers the public API of Triton's module (tensors,
-requests, responses, errors, logging, the auto-complete helper and the type helpers). BLS (`exec`,
-`async_exec`, model loading) and response senders for decoupled models are not available yet: calling
-them raises TritonModelException saying so.
+requests, responses, errors, logging, the auto-complete helper and the type helpers), response senders
+for decoupled models, and BLS: `InferenceRequest.exec` / `async_exec` and model control, which the
+server runs through its engine (the target model's own scheduler) while model code waits.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import numpy as np
 
 from . import wire
 from .auto_complete import ModelConfig
-from .errors import TritonError, TritonModelException, not_yet
+from .channel import Channel, ServerGone
+from .errors import TritonError, TritonModelException, not_yet, status_name
 from .metrics import Metric, MetricFamily
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
@@ -67,12 +68,20 @@ _NUMBER_TYPES = {number: name for name, number in _TYPE_NUMBERS.items()}
 # Set by the worker: where Logger messages go, and the model version folder.
 _log_sink: Callable[[int, str], None] | None = None
 _model_dir = ""
+_channel: Channel | None = None  # to the server, for response senders and BLS
 
 
-def _configure(log_sink: Callable[[int, str], None], model_dir: str) -> None:
-    global _log_sink, _model_dir
+def _configure(log_sink: Callable[[int, str], None], model_dir: str, channel: Channel | None = None) -> None:
+    global _log_sink, _model_dir, _channel
     _log_sink = log_sink
     _model_dir = model_dir
+    _channel = channel
+
+
+def _server() -> Channel:
+    if _channel is None:
+        raise TritonModelException("this call needs the server, and the model is not served (auto-complete)")
+    return _channel
 
 
 def get_model_dir() -> str:
@@ -276,9 +285,11 @@ class InferenceRequest:
         parameters: str,
         timeout: int,
         output_names: Sequence[str],
+        stream_id: int = 0,
     ) -> InferenceRequest:
         # One per request on the hot path: set what varies, the rest are class-level defaults.
         request = cls.__new__(cls)
+        request._stream_id = stream_id
         request._inputs = inputs
         request._request_id = request_id
         request._correlation_id = correlation_id
@@ -294,6 +305,8 @@ class InferenceRequest:
     model_name = ""
     model_version = -1
     preferred_memory = PreferredMemory()
+    _stream_id = 0  # a decoupled model's request: where its responses go
+    _sender: InferenceResponseSender | None = None
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -324,21 +337,67 @@ class InferenceRequest:
         return self._trace
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client went away (decoupled models hear of it; other requests run to the end)."""
+        return bool(self._stream_id) and _server().is_cancelled(self._stream_id)
 
     def set_release_flags(self, flags: int) -> None:
         if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
             raise not_yet("rescheduling requests (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)")
         self._release_flags = flags
 
-    def get_response_sender(self) -> Any:
-        raise not_yet("sending responses with a response sender (decoupled models)")
+    def get_response_sender(self) -> InferenceResponseSender:
+        if not self._stream_id:
+            raise not_yet("a response sender for a model that is not decoupled")
+        if self._sender is None:
+            self._sender = InferenceResponseSender(self._stream_id, self._output_names)
+        return self._sender
 
     def exec(self, decoupled: bool = False) -> Any:
-        raise not_yet("BLS (InferenceRequest.exec)")
+        """Run this request on the server (BLS) and wait: its response, or with `decoupled` an iterator
+        over its responses. Errors come back in the response (`has_error()`)."""
+        channel = _server()
+        call = channel.start(self._bls_frame(decoupled))
+        responses = _BlsResponses(channel, call, self._timeout)
+        if decoupled:
+            return responses
+        try:
+            return next(responses)
+        finally:
+            responses.close()
 
     async def async_exec(self, decoupled: bool = False) -> Any:
-        raise not_yet("BLS (InferenceRequest.async_exec)")
+        """`exec` that lets other coroutines run while the server answers."""
+        import asyncio
+
+        channel = _server()
+        call = channel.start(self._bls_frame(decoupled))
+        responses = _BlsResponses(channel, call, self._timeout)
+        if decoupled:
+            return _AsyncBlsResponses(responses)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, next, responses)
+        finally:
+            responses.close()
+
+    def _bls_frame(self, decoupled: bool) -> Callable[[int], tuple]:
+        if not self.model_name:
+            raise TritonModelException("a BLS request needs a model_name")
+        inputs = []
+        for tensor in self._inputs:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException(f"inputs must be pb_utils.Tensor objects, found {type(tensor)!r}")
+            inputs.append(wire.inline_tensor(tensor._name, tensor._datatype, tensor._array))
+        request = (
+            self._request_id,
+            self._correlation_id,
+            self._flags,
+            self._parameters,
+            self._timeout,
+            tuple(self._output_names),
+            tuple(inputs),
+        )
+        version = int(self.model_version)
+        return lambda call_id: (wire.BLS, call_id, self.model_name, version, decoupled, request)
 
 
 class InferenceResponse:
@@ -375,6 +434,121 @@ class InferenceResponse:
 
     def parameters(self) -> str:
         return self._parameters
+
+
+class InferenceResponseSender:
+    """Sends a decoupled model's responses to one request, from execute or from any thread, any time."""
+
+    def __init__(self, stream_id: int, output_names: Sequence[str]) -> None:
+        self._stream_id = stream_id
+        self._output_names = frozenset(output_names)
+        self._closed = False
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if self._closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is None and not final:
+            raise TritonModelException("Inference Response object is needed when the flag is not final")
+        result = None if response is None else _response_result(response, self._output_names)
+        channel = _server()
+        if final:
+            self._closed = True
+            channel.cancelled.discard(self._stream_id)
+        channel.send((wire.RESPONSE, self._stream_id, final, result))
+
+    def is_cancelled(self) -> bool:
+        return _server().is_cancelled(self._stream_id)
+
+
+def _response_result(response: InferenceResponse, wanted: frozenset[str]) -> tuple[Any, ...]:
+    if not isinstance(response, InferenceResponse):
+        raise TritonModelException(f"send takes an InferenceResponse, not {type(response).__name__}")
+    error = response._error
+    if error is not None:
+        return (False, status_name(error.code()), str(error.message()))
+    tensors = []
+    for tensor in response._tensors:
+        if not isinstance(tensor, Tensor):
+            raise TritonModelException(
+                f"output_tensors must hold pb_utils.Tensor objects, found {type(tensor)!r}"
+            )
+        if not wanted or tensor._name in wanted:
+            tensors.append(wire.inline_tensor(tensor._name, tensor._datatype, tensor._array))
+    return (True, tuple(tensors), response._parameters)
+
+
+_ERROR_CODES = {status_name(code): code for code in range(8)}
+
+
+def _received_response(result: tuple[Any, ...] | None) -> InferenceResponse:
+    """A BLS response as the server sent it (None: the final flag alone, an empty response)."""
+    if result is None:
+        return InferenceResponse()
+    if not result[0]:
+        _, status, message = result
+        return InferenceResponse(error=TritonError(message, _ERROR_CODES.get(status, TritonError.INTERNAL)))
+    tensors = [
+        Tensor._wrap(name, dt, wire.inline_array(dt, shape, data)) for name, dt, shape, data in result[1]
+    ]
+    return InferenceResponse(tensors, parameters=result[2])
+
+
+class _BlsResponses:
+    """The responses to one BLS request, in order, up to the final one."""
+
+    def __init__(self, channel: Channel, call: Any, timeout_us: int) -> None:
+        self._channel = channel
+        self._call = call
+        self._done = False
+
+    def __iter__(self) -> _BlsResponses:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._done:
+            raise StopIteration
+        try:
+            frame = self._channel.next_frame(self._call)
+        except ServerGone as exc:
+            self.close()
+            return InferenceResponse(error=TritonError(str(exc), TritonError.UNAVAILABLE))
+        assert frame is not None  # waited without a deadline
+        _, _, final, result = frame
+        if final:
+            self.close()
+            if result is None:
+                return InferenceResponse()
+        return _received_response(result)
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            self._channel.finish(self._call)
+
+
+class _AsyncBlsResponses:
+    """`async for` over a decoupled BLS call's responses."""
+
+    def __init__(self, responses: _BlsResponses) -> None:
+        self._responses = responses
+
+    def __aiter__(self) -> _AsyncBlsResponses:
+        return self
+
+    async def __anext__(self) -> InferenceResponse:
+        import asyncio
+
+        def step() -> InferenceResponse | None:
+            try:
+                return next(self._responses)
+            except StopIteration:
+                return None
+
+        response = await asyncio.get_running_loop().run_in_executor(None, step)
+        if response is None:
+            raise StopAsyncIteration
+        return response
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
@@ -450,19 +624,36 @@ def _emit(level: int, message: str) -> None:
         print(text, file=sys.stderr)
 
 
-# -- model control from Python: comes with BLS -------------------------------------------------------------
+# -- model control from Python -------------------------------------------------------------------------
+
+
+def _control(action: str, model_name: str, argument: Any = None) -> Any:
+    channel = _server()
+    call = channel.start(lambda call_id: (wire.CONTROL, call_id, action, model_name, argument))
+    try:
+        frame = channel.next_frame(call)
+    except ServerGone as exc:
+        raise TritonModelException(str(exc)) from None
+    finally:
+        channel.finish(call)
+    assert frame is not None
+    _, _, ok, value = frame
+    if not ok:
+        raise TritonModelException(value)
+    return value
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
-    raise not_yet("loading models from Python (load_model)")
+    """Load (or reload) a model, as the repository API's load does; needs --model-control-mode=explicit."""
+    _control("load", model_name, (config, dict(files or {})))
 
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
-    raise not_yet("unloading models from Python (unload_model)")
+    _control("unload", model_name, unload_dependents)
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
-    raise not_yet("is_model_ready from Python")
+    return bool(_control("ready", model_name, str(model_version)))
 
 
 # The public API, as model code knows it from Triton's module.
@@ -478,6 +669,7 @@ __all__ = [
     "TRITON_STRING_TO_NUMPY",
     "InferenceRequest",
     "InferenceResponse",
+    "InferenceResponseSender",
     "InferenceTrace",
     "Logger",
     "Metric",

@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from . import pb_utils, wire
+from .channel import Channel
 from .errors import status_name
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -60,12 +61,14 @@ class Worker:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._reader = wire.FrameReader()
-        self._frames: list[tuple] = []
         self._send_lock = threading.Lock()
+        self._channel = Channel(sock, self._reader, self.send)
+        self._decoupled = False
         self._model: Any = None
         self._instance_name = ""
-        self._inputs: list[wire.Arena | None] = [None] * wire.PIPELINE_DEPTH  # the server's arenas
-        self._outputs: list[wire.TensorWriter] = []  # ours, one per pipeline slot
+        self._inputs: list[wire.Arena | None] = []  # the server's arenas, by slot
+        self._outputs: list[wire.TensorWriter] = []  # ours, by slot
+        self._arena_size = 0
         self._loop: Any = None  # an asyncio loop, made when model code first returns an awaitable
         self._busy_wait_s = 0.0
         self._gap_s = 0.0  # smoothed wait between the end of one frame's work and the next frame
@@ -77,24 +80,28 @@ class Worker:
             wire.send(self._sock, frame, fd)
 
     def _next(self) -> tuple | None:
-        if not self._frames:
-            waited = time.perf_counter()
-            # Poll only while requests have been coming soon enough for it to pay: with sparse traffic,
-            # or a machine too busy to answer in time, the worker sleeps at once.
-            if self._gap_s < 2 * self._busy_wait_s:
-                self._poll(self._busy_wait_s)
-            while not self._frames:
-                frames = wire.receive(self._sock, self._reader)
-                if frames is None:
-                    return None
-                self._frames = frames
-            self._gap_s += _SMOOTHING * (time.perf_counter() - waited - self._gap_s)
-        return self._frames.pop(0)
+        channel = self._channel
+        with channel.read_lock:  # model threads waiting on the server read while this one does not
+            if not channel.frames:
+                waited = time.perf_counter()
+                # Poll only while requests have been coming soon enough for it to pay: with sparse
+                # traffic, or a machine too busy to answer in time, the worker sleeps at once.
+                if self._gap_s < 2 * self._busy_wait_s:
+                    self._poll(self._busy_wait_s)
+                while not channel.frames:
+                    frames = wire.receive(self._sock, self._reader)
+                    if frames is None:
+                        channel.closed = True
+                        return None
+                    channel.deliver(frames)
+                self._gap_s += _SMOOTHING * (time.perf_counter() - waited - self._gap_s)
+            return channel.frames.pop(0)
 
     def _poll(self, seconds: float) -> None:
         """Look for the next frame for a while before sleeping on the socket: waking a sleeping process
         costs the server more than the frame itself, when requests follow each other closely."""
         deadline = time.perf_counter() + seconds
+        channel = self._channel
         while time.perf_counter() < deadline:
             try:
                 # Non-blocking for this read only: model threads may be sending logs on the socket.
@@ -104,8 +111,8 @@ class Worker:
                 continue
             if frames is None:
                 return  # end of stream: the blocking read sees it too
-            if frames:
-                self._frames = frames
+            channel.deliver(frames)
+            if channel.frames:
                 return
 
     def _log(self, level: int, message: str) -> None:
@@ -148,8 +155,10 @@ class Worker:
     def _initialize(self, model_file: str, args: dict, arena_size: int, busy_wait_us: int) -> None:
         self._instance_name = args.get("model_instance_name", "")
         self._busy_wait_s = busy_wait_us / 1e6
-        pb_utils._configure(self._log, os.path.dirname(os.path.abspath(model_file)))
+        pb_utils._configure(self._log, os.path.dirname(os.path.abspath(model_file)), self._channel)
         try:
+            config = json.loads(args.get("model_config") or "{}")
+            self._decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
             module = load_module(model_file)
             self._model = module.TritonPythonModel()
             if hasattr(self._model, "initialize"):
@@ -157,7 +166,9 @@ class Worker:
         except BaseException as exc:
             self.send((wire.ERROR, describe(exc)))
             return
+        self._arena_size = arena_size
         self._outputs = [wire.TensorWriter(arena_size) for _ in range(wire.PIPELINE_DEPTH)]
+        self._channel.nested = self._execute  # executions that run while model code waits on the server
         self.send((wire.READY, hasattr(self._model, "is_ready")))
 
     def _auto_complete(self, model_file: str, config_json: str) -> None:
@@ -203,8 +214,9 @@ class Worker:
         )
 
     def _execute(self, frame: tuple) -> None:
-        _, seq, new_size, raw_requests = frame
-        slot = seq % wire.PIPELINE_DEPTH
+        _, seq, slot, new_size, raw_requests = frame
+        while len(self._inputs) <= slot:
+            self._inputs.append(None)
         if new_size:
             old = self._inputs[slot]
             if old is not None:
@@ -214,14 +226,14 @@ class Worker:
         wrap = pb_utils.Tensor._wrap
         requests = []
         wanted = []
-        for request_id, correlation_id, flags, parameters, timeout, names, inputs in raw_requests:
+        for request_id, correlation_id, flags, parameters, timeout, names, inputs, stream in raw_requests:
             tensors = [
                 wrap(name, datatype, arena.array(datatype, shape, offset, nbytes))  # type: ignore[union-attr]
                 for name, datatype, shape, offset, nbytes in inputs
             ]
             requests.append(
                 pb_utils.InferenceRequest._received(
-                    tensors, request_id, correlation_id, flags, parameters, timeout, names
+                    tensors, request_id, correlation_id, flags, parameters, timeout, names, stream
                 )
             )
             wanted.append(names)
@@ -230,10 +242,15 @@ class Worker:
         except BaseException as exc:
             self._failed(seq, describe(exc))
             return
+        if self._decoupled:
+            self._executed(seq, slot, responses, len(requests))
+            return
         problem = _check_responses(responses, len(requests))
         if problem:
             self._failed(seq, problem)
             return
+        while len(self._outputs) <= slot:
+            self._outputs.append(wire.TensorWriter(self._arena_size))
         writer = self._outputs[slot]
         results: list[tuple[Any, ...]] = []
         try:
@@ -252,7 +269,18 @@ class Worker:
             writer.reset()
             self._failed(seq, describe(exc))
             return
-        self.send((wire.RESULT, seq, new_size, tuple(results)), writer.arena.fd if new_size else -1)
+        self.send((wire.RESULT, seq, slot, new_size, tuple(results)), writer.arena.fd if new_size else -1)
+
+    def _executed(self, seq: int, slot: int, returned: Any, count: int) -> None:
+        """A decoupled model's execute returned: its responses travel in RESPONSE frames."""
+        if returned is not None:
+            self._failed(
+                seq,
+                "Python model is using the decoupled mode and the execute function must return None, "
+                f"returned {type(returned).__name__}",
+            )
+            return
+        self.send((wire.RESULT, seq, slot, 0, tuple((True, (), "{}") for _ in range(count))))
 
 
 def _check_responses(responses: Any, count: int) -> str:

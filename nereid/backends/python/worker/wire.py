@@ -13,9 +13,11 @@ the processes: the kernel frees it when both sides have closed it.
 
 Up to PIPELINE_DEPTH executions are in flight per worker: while the worker runs one, the next one waits
 in its socket, so a busy worker goes from one to the next without sleeping. Each direction has an arena
-per pipeline slot (execution number % PIPELINE_DEPTH). The server sends execution n + DEPTH only after
-it has read the answer to n, and the worker writes that answer's outputs only after it received n + DEPTH:
-so neither side overwrites a slot the other still reads.
+per slot; the server gives each execution the lowest slot that no execution in flight holds, and the
+worker answers in that slot. A slot is given again only once the server has read the answer of the
+execution that held it: so neither side overwrites a slot the other still reads. Slots beyond
+PIPELINE_DEPTH are made when needed: a worker waiting in a BLS call runs a later execution meanwhile
+(see channel.py), so answers may come out of order and more executions be in flight.
 """
 
 from __future__ import annotations
@@ -34,23 +36,36 @@ import numpy as np
 # Frame kinds, server -> worker
 INIT = "init"  # (INIT, model_file, args: dict, arena_size, busy_wait_us) -> READY | ERROR
 AUTO_COMPLETE = "auto_complete"  # (AUTO_COMPLETE, model_file, config_json: str) -> CONFIG | ERROR
-EXECUTE = "execute"  # (EXECUTE, seq, new_arena_size, requests) -> RESULT | FAILED; seq counts 0, 1, ...
+EXECUTE = "execute"  # (EXECUTE, seq, slot, new_arena_size, requests) -> RESULT | FAILED; seq counts 0, 1, ...
 IS_READY = "is_ready"  # (IS_READY, seq) -> READY_STATE
 FINALIZE = "finalize"  # (FINALIZE,) -> FINALIZED, then the worker exits
+CANCEL = "cancel"  # (CANCEL, stream_id): the client of a decoupled model's request went away
+BLS_RESPONSE = "bls_response"  # (BLS_RESPONSE, call_id, final: bool, result or None): answers BLS
+CONTROL_DONE = "control_done"  # (CONTROL_DONE, call_id, ok: bool, value or error message)
 # worker -> server
 READY = "ready"  # (READY, has_is_ready: bool)
 ERROR = "error"  # (ERROR, message): initialize or auto-complete failed
 CONFIG = "config"  # (CONFIG, config_json)
-RESULT = "result"  # (RESULT, seq, new_arena_size, results): one result per request, in order
+RESULT = "result"  # (RESULT, seq, slot, new_arena_size, results): one result per request, in order
 FAILED = "failed"  # (FAILED, seq, message): execute raised or answered wrongly; every request fails
 READY_STATE = "ready_state"  # (READY_STATE, seq, ready: bool, message)
 FINALIZED = "finalized"  # (FINALIZED, error message or "")
 LOG = "log"  # (LOG, level, message): pb_utils.Logger, forwarded to the server's log
+# At any time, from any thread of the model:
+RESPONSE = "response"  # (RESPONSE, stream_id, final: bool, result or None): a decoupled model's response
+BLS = "bls"  # (BLS, call_id, model_name, model_version, decoupled, request): an inference request
+CONTROL = "control"  # (CONTROL, call_id, action, model_name, argument): load, unload or is_ready
 
-# A request inside EXECUTE: (id, correlation_id, flags, parameters_json, timeout_us, output_names, inputs)
+# A request inside EXECUTE: (id, correlation_id, flags, parameters_json, timeout_us, output_names, inputs,
+# stream_id); stream_id is 0 unless the model is decoupled, when it names the request in RESPONSE frames.
 # A result inside RESULT: (True, outputs, parameters_json) or (False, status_name, message)
-# `inputs` and `outputs` are tuples of tensor descriptors.
+# `inputs` and `outputs` are tuples of tensor descriptors. For a decoupled model, RESULT only says that
+# execute returned (its results carry no outputs); the responses come in RESPONSE frames.
+# RESPONSE, BLS and BLS_RESPONSE carry their tensors inline instead (InlineTensor), since they may come at
+# any time and from any thread, outside the pipeline slots that arenas are reserved by; a request inside
+# BLS is shaped as in EXECUTE, without stream_id.
 TensorDescriptor = Tuple[str, str, Tuple[int, ...], int, int]
+InlineTensor = Tuple[str, str, Tuple[int, ...], bytes]
 
 PIPELINE_DEPTH = 2
 ALIGNMENT = 64
@@ -127,6 +142,25 @@ def deserialize_bytes(buffer: Any, count: int = -1) -> np.ndarray:
     result = np.empty(len(items), dtype=np.object_)
     result[:] = items
     return result
+
+
+def inline_tensor(name: str, datatype: str, data: np.ndarray) -> InlineTensor:
+    if datatype == "BYTES":
+        return (name, datatype, tuple(data.shape), serialize_bytes(data))
+    if data.dtype.byteorder == ">":
+        data = data.astype(data.dtype.newbyteorder("<"))
+    return (name, datatype, tuple(data.shape), np.ascontiguousarray(data).tobytes())
+
+
+def inline_array(datatype: str, shape: Sequence[int], payload: bytes) -> np.ndarray:
+    """The array of an InlineTensor (writable: it owns its bytes)."""
+    if datatype == "BYTES":
+        count = 1
+        for d in shape:
+            count *= d
+        return deserialize_bytes(payload, count).reshape(shape)
+    dtype = NUMPY_TYPES.get(datatype) or (bfloat16() if datatype == "BF16" else None) or np.dtype("<u2")
+    return np.frombuffer(bytearray(payload), dtype).reshape(shape)
 
 
 class Arena:

@@ -1,0 +1,186 @@
+"""Triton's generate extension (`generate`, `generate_stream`) and streamed `infer` for decoupled models.
+
+A generate body is a flat JSON object: a key naming a model input is that input (a value or a flat list,
+shaped by the input's dims, with a batch of one for batching models), `id` is the request id,
+`parameters` an object of parameters, and any other key a parameter too. A response is a flat object
+too: each output by name (a single value, or the flattened list), `model_name`, `model_version`, `id`.
+
+`generate` wants exactly one response; `generate_stream` sends each response as a server-sent event,
+and errors as `{"error": ...}` events. The status is decided by the first response, as in Triton: an
+error there answers 400. Going beyond Triton, `infer` streams a decoupled model's responses as
+server-sent events of ordinary infer response bodies when the client sends `Accept: text/event-stream`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import numpy as np
+import orjson
+
+from nereid.engine import Engine
+from nereid.errors import InternalError, InvalidArgument
+from nereid.frontends.http.codec import decode_infer_request, encode_infer_response, error_body
+from nereid.frontends.http.protocol import HttpResponse
+from nereid.streaming import StreamEvent
+from nereid.types import InferRequest, InferResponse
+
+_JSON = (b"content-type", b"application/json")
+_EVENTS = (b"content-type", b"text/event-stream; charset=utf-8")
+_ONE_RESPONSE = (
+    "generate expects model to produce exactly 1 response, use generate stream for model that generates "
+    "various number of responses"
+)
+
+
+def wants_events(accept: str | None) -> bool:
+    return accept is not None and "text/event-stream" in accept
+
+
+def generate_request(engine: Engine, name: str, version: str, body: bytes) -> InferRequest:
+    """The infer request a generate body stands for; inputs checked as an infer body's would be."""
+    document = _json_object(body)
+    model = engine.models.get(name, version)
+    inputs: list[dict[str, Any]] = []
+    parameters: dict[str, Any] = {}
+    request_id = ""
+    for key, value in document.items():
+        spec = model.inputs.get(key)
+        if spec is not None:
+            data = value if isinstance(value, list) else [value]
+            if any(isinstance(item, (list, dict)) for item in data):
+                raise InternalError("Unable to parse 'data': Shape does not match true shape of 'data' field")
+            shape = _shape(key, spec.dims, len(data), model.max_batch_size > 0)
+            inputs.append({"name": key, "datatype": spec.datatype, "shape": shape, "data": data})
+        elif key == "id":
+            request_id = str(value)
+        elif key == "parameters":
+            if not isinstance(value, dict):
+                raise InternalError(
+                    "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object as object"
+                )
+            parameters.update(value)
+        elif isinstance(value, (bool, int, str)):
+            parameters[key] = value
+        else:
+            raise InvalidArgument(
+                f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
+            )
+    infer_body: dict[str, Any] = {"inputs": inputs}
+    if request_id:
+        infer_body["id"] = request_id
+    if parameters:
+        infer_body["parameters"] = parameters
+    return decode_infer_request(orjson.dumps(infer_body), None, name, version)
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:  # Triton answers these 500
+        raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
+    if isinstance(document, dict):
+        return document
+    raise InternalError("attempt to get members for non-object")
+
+
+def _shape(name: str, dims: tuple[int, ...], count: int, batched: bool) -> list[int]:
+    known = math.prod(d for d in dims if d >= 0)
+    shape = list(dims)
+    wildcards = [index for index, d in enumerate(shape) if d < 0]
+    if wildcards:  # the first takes what the count leaves, the others one each
+        for index in wildcards:
+            shape[index] = 1
+        shape[wildcards[0]] = count // known if known else 0
+    if math.prod(shape) != count:
+        raise InvalidArgument(f"The schema can not convert input '{name}' to tensor with proper shape")
+    return ([1] if batched else []) + shape
+
+
+def _flat_response(response: InferResponse) -> bytes:
+    document: dict[str, Any] = {}
+    for tensor in response.outputs:
+        flat = tensor.data.reshape(-1)
+        if tensor.datatype == "BYTES":
+            values: list[Any] = [
+                v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in flat
+            ]
+        else:
+            values = (
+                flat.astype(np.float32).tolist() if tensor.datatype in ("FP16", "BF16") else flat.tolist()
+            )
+        document[tensor.name] = values[0] if len(values) == 1 else values
+    if response.id:
+        document["id"] = response.id
+    document["model_name"] = response.model_name
+    document["model_version"] = response.model_version
+    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+
+
+async def _first(events: AsyncGenerator[StreamEvent, None]) -> StreamEvent | None:
+    """The first event; errors found before the model ran are raised from here, answered as usual."""
+    try:
+        return await anext(events)
+    except StopAsyncIteration:
+        return None
+    except BaseException:
+        await events.aclose()
+        raise
+
+
+async def generate(engine: Engine, request: InferRequest) -> HttpResponse:
+    events = engine.infer_stream(request)
+    first = await _first(events)
+    try:
+        if first is not None and first.error is not None:
+            return HttpResponse(400, error_body(first.error.message), [_JSON])
+        if first is None or first.response is None:
+            return HttpResponse(200, error_body(_ONE_RESPONSE), [_JSON])
+        if not first.final:
+            async for event in events:
+                if event.response is not None or event.error is not None:
+                    return HttpResponse(200, error_body(_ONE_RESPONSE), [_JSON])
+        return HttpResponse(200, _flat_response(first.response), [_JSON])
+    finally:
+        await events.aclose()
+
+
+async def event_stream(engine: Engine, request: InferRequest, flat: bool) -> HttpResponse:
+    """Server-sent events: generate_stream's (`flat`) or streamed infer's (infer response bodies)."""
+    events = engine.infer_stream(request)
+    first = await _first(events)
+    status = 400 if first is not None and first.error is not None else 200
+    return HttpResponse(status, b"", [_EVENTS], stream=_sse(first, events, request, flat))
+
+
+async def _sse(
+    first: StreamEvent | None, events: AsyncGenerator[StreamEvent, None], request: InferRequest, flat: bool
+) -> AsyncIterator[bytes]:
+    try:
+        if first is not None:
+            yield _event(first, request, flat)
+            async for event in events:
+                yield _event(event, request, flat)
+    finally:
+        await events.aclose()
+
+
+def _event(event: StreamEvent, request: InferRequest, flat: bool) -> bytes:
+    if event.error is not None:
+        return b"data: " + error_body(event.error.message) + b"\n\n"
+    if event.response is None:
+        return b""  # the final flag alone: nothing to send
+    if flat:
+        body = _flat_response(event.response)
+    else:
+        body, _ = encode_infer_response(event.response, _json_only(request))
+    return b"data: " + body + b"\n\n"
+
+
+def _json_only(request: InferRequest) -> InferRequest:
+    """Events are text: outputs go as JSON whatever the request asked."""
+    if not request.outputs and request.parameters.get("binary_data_output") is not True:
+        return request
+    return InferRequest(request.model_name, request.model_version, [], None, request.id, {})

@@ -1,0 +1,1 @@
+../../ping/1/model.py
