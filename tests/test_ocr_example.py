@@ -58,14 +58,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         stop(running.process)
 
 
+@pytest.mark.parametrize("model", ["ocr", "ocr_bls"])  # the ensemble, and the same steps through BLS
 @pytest.mark.parametrize(
     ("text", "scale"),
     [("HELLO NEREID\n2026", 4), ("THE QUICK BROWN FOX JUMPS\nOVER 13 LAZY DOGS 0123456789", 2), ("", 3)],
 )
-def test_the_ensemble_reads_drawn_text(server: RunningServer, text: str, scale: int) -> None:
+def test_the_pipeline_reads_drawn_text(server: RunningServer, model: str, text: str, scale: int) -> None:
     with httpclient.InferenceServerClient(server.url.removeprefix("http://")) as client:
         read, confidence, boxes = client_module.read_text(
-            client, "ocr", font.to_pgm(font.render(text, scale))
+            client, model, font.to_pgm(font.render(text, scale))
         )
     assert read == text
     assert len(boxes) == len(text.replace(" ", "").replace("\n", ""))
@@ -94,6 +95,14 @@ def test_a_file_that_is_not_an_image_is_refused(server: RunningServer) -> None:
             InferenceServerException, match=r"in ensemble 'ocr', IMAGE is not a PGM or PPM file"
         ):
             client_module.read_text(client, "ocr", b"GIF89a")
+
+
+def test_bls_passes_a_step_error_on(server: RunningServer) -> None:
+    with httpclient.InferenceServerClient(server.url.removeprefix("http://")) as client:
+        with pytest.raises(
+            InferenceServerException, match=r"ocr_preprocess: .*IMAGE is not a PGM or PPM file"
+        ):
+            client_module.read_text(client, "ocr_bls", b"GIF89a")
 
 
 def test_the_client_script(server: RunningServer) -> None:
