@@ -14,6 +14,7 @@ from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Ou
 from nereid.backends.batching import execute_batched
 from nereid.datatypes import config_to_wire, numpy_dtype
 from nereid.errors import ModelConfigError, NereidError, Unavailable
+from nereid.model_config.sequence import state_outputs, supplied_inputs
 
 N = TypeVar("N", int, float)
 T = TypeVar("T")
@@ -102,7 +103,10 @@ def complete_io(
 ) -> None:
     """Triton's auto-complete: a config without inputs, outputs and max_batch_size becomes batchable when
     every tensor's first dimension is variable; then tensors the config lacks are added (except those
-    named in `omit_inputs` / `omit_outputs`), and listed ones without data type or dims get the model's."""
+    named in `omit_inputs` / `omit_outputs`, and the sequence batcher's control and state tensors), and
+    listed ones without data type or dims get the model's."""
+    omit_inputs = set(omit_inputs) | supplied_inputs(config)
+    omit_outputs = set(omit_outputs) | state_outputs(config)
     if config.max_batch_size == 0 and not config.input and not config.output:
         shapes = [t.shape for t in [*model_inputs, *model_outputs]]
         # Scalars say nothing about batching; a tensor of unknown shape keeps the model unbatched.
@@ -141,8 +145,10 @@ def check_io(
     model_tensors: Sequence[ModelTensor],
     require_all: bool,
 ) -> None:
-    """The config's tensors exist in the model with its data types and dims (where the model says)."""
-    by_name = {t.name: t for t in model_tensors}
+    """The config's tensors exist in the model with its data types and dims (where the model says). The
+    sequence batcher supplies its control and state inputs, so the config need not list them."""
+    supplied = supplied_inputs(config) if kind == "input" else set()
+    by_name = {t.name: t for t in model_tensors if t.name not in supplied}
     for tensor in tensors:
         model_tensor = model_tensor_for(config, kind, tensor.name, by_name)
         if model_tensor.data_type != mc.TYPE_INVALID and model_tensor.data_type != tensor.data_type:

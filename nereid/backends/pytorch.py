@@ -24,6 +24,7 @@ from nereid.backends import framework
 from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
 from nereid.backends.framework import ModelTensor
 from nereid.errors import InternalError, ModelConfigError, Unavailable
+from nereid.model_config.sequence import supplied_inputs
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +200,9 @@ def _exported_tensor(name: str, node: Any) -> ModelTensor:
 
 
 def _input_order(config: mc.ModelConfig, argument_names: list[str]) -> list[str]:
-    """Config input names in the order the forward function takes them."""
-    names = [i.name for i in config.input]
+    """Config input names, and the sequence batcher's control and state inputs, in the order the forward
+    function takes them."""
+    names = [i.name for i in config.input] + sorted(supplied_inputs(config))
     if argument_names and set(names) == set(argument_names):
         return list(argument_names)
     indexed = [_INDEXED.match(n) for n in names]

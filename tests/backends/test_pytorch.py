@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from nereid.engine import Engine
+from nereid.types import InferRequest, InferTensor
 from tests.backends.serving import (
     execute_together,
     failure,
@@ -199,3 +202,43 @@ output [{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [2] }]
             infer(engine, "picky", {"INPUT__0": np.array([[-1.0, 2.0]], np.float32)})
         outputs = infer(engine, "picky", {"INPUT__0": np.array([[1.0, 2.0]], np.float32)})
         np.testing.assert_array_equal(outputs["OUTPUT__0"], [[2.0, 4.0]])
+
+
+class StartAware(torch.nn.Module):
+    """Adds 100 to the value on the first request of a sequence (the sequence batcher's START input)."""
+
+    def forward(self, VALUE: torch.Tensor, START: torch.Tensor) -> torch.Tensor:  # noqa: N803
+        return VALUE + START.to(VALUE.dtype) * 100
+
+
+SEQUENCE_CONFIG = """
+platform: "pytorch_libtorch"
+max_batch_size: 4
+sequence_batching {
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+}
+input [ { name: "VALUE" data_type: TYPE_FP32 dims: [1] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [1] } ]
+"""
+
+
+def test_sequence_control_inputs_reach_a_torchscript_model(tmp_path: Path) -> None:
+    folder = model_dir(tmp_path, "start_aware", SEQUENCE_CONFIG)
+    torch.jit.script(StartAware()).save(str(folder / "model.pt"))
+
+    async def sequence(engine: Engine) -> list[float]:
+        answers = []
+        for start in (True, False):
+            value = np.array([[2.0]], np.float32)
+            request = InferRequest(
+                "start_aware",
+                "",
+                [InferTensor("VALUE", "FP32", value.shape, value)],
+                parameters={"sequence_id": 7, "sequence_start": start},
+            )
+            response = await engine.infer(request)
+            answers.append(float(response.outputs[0].data[0, 0]))
+        return answers
+
+    with serving(tmp_path) as engine:
+        assert asyncio.run(sequence(engine)) == [102.0, 2.0]
