@@ -167,6 +167,22 @@ async def test_a_batch_never_passes_the_maximum_and_shapes_do_not_mix() -> None:
 
 
 @_sync
+async def test_ragged_inputs_let_different_shapes_share_a_batch() -> None:
+    instance = GatedInstance()
+    batcher = _batcher(_config(ragged_inputs=frozenset({"X"})), instance)
+    tasks = [_send(batcher, _request(0))]
+    await instance.wait_for(1)
+    wide = BackendRequest({"X": np.full((1, 5), 9.0, np.float32)}, ("Y",))
+    tasks += [_send(batcher, _request(1)), _send(batcher, wide)]
+    await _settle()
+    instance.finish(0)
+    await instance.wait_for(2)
+    assert instance.batch(1) == [1, 9]  # without allow_ragged_batch the (1, 5) request would wait
+    instance.finish(1)
+    await asyncio.gather(*tasks)
+
+
+@_sync
 async def test_higher_priority_levels_run_first() -> None:
     instance = GatedInstance()
     batcher = _batcher(_config(max_batch_size=1, priority_levels=3, default_priority_level=2), instance)
