@@ -59,6 +59,14 @@ class BackendRequest:
     stream: ResponseStream | None = None  # a decoupled model's responses go there, not to the result
 
 
+def batch_elements(request: BackendRequest) -> int:
+    """Elements along the batch dimension of a request to a model that batches: its inputs' first
+    dimension (1 for a request without inputs or with scalar ones)."""
+    for array in request.inputs.values():
+        return int(array.shape[0]) if array.ndim else 1
+    return 1
+
+
 class ModelInstance(Protocol):
     """An instance whose `execute` blocks: the scheduler calls it from a thread of its own (or, for models
     that take microseconds, from the event loop)."""

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance, Outputs
+from nereid.backends.base import (
+    AsyncModelInstance,
+    BackendRequest,
+    BackendResult,
+    ModelInstance,
+    Outputs,
+    batch_elements,
+)
 from nereid.errors import InternalError, NereidError, QueueFull, QueueTimeout, Unavailable, request_prefix
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
 from nereid.statistics import ModelStatistics, RequestTiming
@@ -176,7 +183,7 @@ class DynamicBatcher:
         now = self._clock()
         timeout_us = queue_policy.timeout_us(request.timeout_us)
         pending = Pending(
-            self._batch_size(request),
+            batch_elements(request),
             self._shape_key(request),
             now,
             level,
@@ -230,11 +237,6 @@ class DynamicBatcher:
             instance.close()
 
     # deciding
-    def _batch_size(self, request: BackendRequest) -> int:
-        for array in request.inputs.values():
-            return array.shape[0] if array.ndim else 1
-        return 1
-
     def _shape_key(self, request: BackendRequest) -> tuple:
         ragged = self._config.ragged_inputs
         return tuple((name, array.shape[1:]) for name, array in request.inputs.items() if name not in ragged)

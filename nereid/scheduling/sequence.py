@@ -30,6 +30,7 @@ from nereid.backends.base import (
     BackendResult,
     ModelInstance,
     Outputs,
+    batch_elements,
 )
 from nereid.errors import InternalError, InvalidArgument, NereidError, Unavailable
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
@@ -361,17 +362,13 @@ class SequenceBatcher:
             _resolve(job.future, result)
         if self._statistics is not None:
             self._statistics.record_execution(
-                sum(self._elements(job.request) for job, _ in jobs), 0, elapsed_ns, 0
+                sum(batch_elements(j.request) for j, _ in jobs) if self._batch_dimension else len(jobs),
+                0,
+                elapsed_ns,
+                0,
             )
         batcher.outstanding -= 1
         self._dispatch(batcher)
-
-    def _elements(self, request: BackendRequest) -> int:
-        """Batch elements of a request: its first dimension when the model batches."""
-        if self._batch_dimension:
-            for array in request.inputs.values():
-                return int(array.shape[0]) if array.ndim else 1
-        return 1
 
     def _unexpected(self, exc: BaseException) -> InternalError:
         log.error("model %s: unexpected error in execute", self._label, exc_info=exc)
