@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -141,6 +142,8 @@ class DynamicBatcher:
         # (whatever their pipeline depth): requests that arrive while a batch runs join the next batch,
         # as in Triton, instead of leaving in a small one queued behind the running batch.
         self._outstanding = [0] * len(self._instances)
+        # Checked once: an isinstance check against a runtime Protocol costs microseconds, each batch.
+        self._async = [isinstance(i, AsyncModelInstance) for i in self._instances]
         self._queue: list[_Entry] = []
         self._queued_per_level: dict[int, int] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -155,7 +158,7 @@ class DynamicBatcher:
         for index, instance in enumerate(self._instances):
             jobs: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
             self._jobs.append(jobs)
-            if not isinstance(instance, AsyncModelInstance):
+            if not self._async[index]:
                 thread = threading.Thread(
                     target=self._run,
                     args=(instance, jobs),
@@ -303,8 +306,8 @@ class DynamicBatcher:
         for entry in entries:
             if entry.timing is not None:
                 entry.timing.queue_ns = started - entry.queued_ns
-        instance = self._instances[index]
-        if isinstance(instance, AsyncModelInstance):
+        if self._async[index]:
+            instance = cast(AsyncModelInstance, self._instances[index])
             try:
                 instance.submit([e.request for e in entries], lambda outcome: self._finished(batch, outcome))
             except Exception as exc:  # submit itself failing must not lose the instance
