@@ -59,7 +59,10 @@ def batched_repository(root: Path) -> Path:
     return root
 
 
-def start_server(name: str, repository: Path, http_port: int, grpc_port: int) -> subprocess.Popen[bytes]:
+def start_server(
+    name: str, repository: Path, http_port: int, grpc_port: int, processes: int = 1
+) -> subprocess.Popen[bytes]:
+    """`processes`: how many processes the HTTP ceiling runs."""
     if name == "nereid":
         process = start_nereid(http_port, repository, grpc_port)
     elif name == "triton":
@@ -67,7 +70,15 @@ def start_server(name: str, repository: Path, http_port: int, grpc_port: int) ->
         process = start(command, "triton", env)
     elif name == "http-echo":
         process = start(
-            [sys.executable, "-I", str(HERE / "http_infer_echo_app.py"), str(http_port), MODEL], "http-echo"
+            [
+                sys.executable,
+                "-I",
+                str(HERE / "http_infer_echo_app.py"),
+                str(http_port),
+                MODEL,
+                str(processes),
+            ],
+            "http-echo",
         )
         wait_port(http_port, process)
         return process
@@ -99,7 +110,7 @@ def measure(
     }
     process = None
     try:
-        process = start_server(run.name, repository, http_port, grpc_port)
+        process = start_server(run.name, repository, http_port, grpc_port, args.ceiling_processes)
         for protocol in run.protocols:
             for concurrency in concurrencies:
                 (row,) = measure_model(
@@ -120,6 +131,9 @@ def main() -> int:
     parser.add_argument("--stability", type=int, default=100, help="perf_analyzer stability percent")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every server, alternating")
     parser.add_argument("--protocol", action="append", choices=("http", "grpc"), help="default: both")
+    parser.add_argument(
+        "--ceiling-processes", type=int, default=1, help="uvicorn processes of the HTTP ceiling (default 1)"
+    )
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     protocols = tuple(args.protocol or ("http", "grpc"))

@@ -3,12 +3,16 @@ that answers KServe v2 binary infer requests for one model (`add_sub` of the Pyt
 `simple`) with a fixed binary response, no model and no checks beyond parsing the JSON header. It
 answers the model's metadata and config too, which perf_analyzer reads before it starts.
 
-    python bench/http_infer_echo_app.py PORT [add_sub|simple]
+    python bench/http_infer_echo_app.py PORT [add_sub|simple] [PROCESSES]
+
+PROCESSES (default 1) runs that many uvicorn worker processes sharing the port: what a Python server
+gains from more than one process on the machine at hand.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -86,8 +90,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 if __name__ == "__main__":
+    processes = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the workers, which import this module
     uvicorn.run(
-        app,
+        "http_infer_echo_app:app" if processes > 1 else app,
+        workers=processes if processes > 1 else None,
         host="127.0.0.1",
         port=int(sys.argv[1]),
         loop="uvloop",
