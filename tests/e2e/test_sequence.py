@@ -44,7 +44,7 @@ def _with_strategy(config: Path, strategy: str) -> str:
 
 def _onnx_accumulator(folder: Path) -> None:
     """An ONNX model that adds its input to its implicit state: OUTPUT = OUTPUT_STATE = INPUT + INPUT_STATE."""
-    shape = ["batch", 1]
+    shape: list[str | int | None] = ["batch", 1]
     graph = helper.make_graph(
         [
             helper.make_node("Add", ["INPUT", "INPUT_STATE"], ["OUTPUT"]),
@@ -72,6 +72,48 @@ def _onnx_accumulator(folder: Path) -> None:
     )
 
 
+def _control(name: str, kind: str, values: str = "int32_false_true: [ 0, 1 ]") -> str:
+    return f'{{ name: "{name}" control [ {{ kind: CONTROL_SEQUENCE_{kind} {values} }} ] }}'
+
+
+def _simple_sequence_twin(folder: Path, dyna: bool) -> None:
+    """Models that answer as Triton's simple_sequence (OUTPUT = READY * (INPUT + START)) and
+    simple_dyna_sequence (adding END * CORRID), for machines without Triton's example files."""
+    name = "simple_dyna_sequence" if dyna else "simple_sequence"
+    shape: list[str | int | None] = ["batch", 1]
+    nodes = [helper.make_node("Add", ["INPUT", "START"], ["SUM"])]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in ("INPUT", "START", "READY")]
+    controls = [_control("START", "START"), _control("READY", "READY")]
+    total = "SUM"
+    if dyna:
+        nodes += [
+            helper.make_node("Cast", ["CORRID"], ["CORRID32"], to=TensorProto.INT32),
+            helper.make_node("Mul", ["END", "CORRID32"], ["END_TERM"]),
+            helper.make_node("Add", ["SUM", "END_TERM"], ["TOTAL"]),
+        ]
+        inputs += [
+            helper.make_tensor_value_info("END", TensorProto.INT32, shape),
+            helper.make_tensor_value_info("CORRID", TensorProto.UINT64, shape),
+        ]
+        controls += [_control("END", "END"), _control("CORRID", "CORRID", "data_type: TYPE_UINT64")]
+        total = "TOTAL"
+    nodes.append(helper.make_node("Mul", ["READY", total], ["OUTPUT"]))
+    graph = helper.make_graph(
+        nodes, name, inputs, [helper.make_tensor_value_info("OUTPUT", TensorProto.INT32, shape)]
+    )
+    (folder / "1").mkdir(parents=True)
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+        folder / "1" / "model.onnx",
+    )
+    (folder / "config.pbtxt").write_text(
+        f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        f"sequence_batching {{ control_input [ {', '.join(controls)} ] }}\n"
+        'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+    )
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     base = tmp_path_factory.mktemp("sequence")
@@ -93,6 +135,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     for name in ("simple_sequence", "simple_dyna_sequence"):
         if (TRITON_EXAMPLES / name).exists():
             shutil.copytree(TRITON_EXAMPLES / name, repository / name)
+        else:
+            _simple_sequence_twin(repository / name, dyna=name == "simple_dyna_sequence")
     running = start_nereid(repository, base / "nereid.log", grpc=True)
     try:
         yield running
@@ -240,9 +284,9 @@ def test_sequence_errors(server: RunningServer) -> None:
         client.infer("accumulator_direct", [tensor], sequence_id="text", sequence_start=True)
 
 
-@pytest.mark.skipif(not TRITON_EXAMPLES.exists(), reason="Triton's example models are not at hand")
 def test_triton_simple_sequence_examples(server: RunningServer) -> None:
-    """simple_sequence answers READY * (INPUT + START); simple_dyna_sequence adds END * CORRID."""
+    """simple_sequence answers READY * (INPUT + START); simple_dyna_sequence adds END * CORRID. Triton's own
+    files where they are at hand, else twins built to answer the same."""
     client = grpcclient.InferenceServerClient(server.grpc_url)
     values = [11, 7, 5, 3]
     for model in ("simple_sequence", "simple_dyna_sequence"):
