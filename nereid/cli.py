@@ -15,7 +15,6 @@ from nereid.settings import API_GROUPS, GrpcOptions, MetricsConfig, RestrictedAp
 NOT_YET_SUPPORTED = (
     "--http-thread-count",
     "--http-header-forward-pattern",
-    "--reuse-http-port",
     "--grpc-header-forward-pattern",
     "--trace-config",
     "--log-info",
@@ -73,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-http", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--http-address", default="0.0.0.0")
     p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--reuse-http-port", type=_bool, default=False, metavar="BOOL")
     p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024, metavar="BYTES")
     p.add_argument("--allow-grpc", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--grpc-address", default="0.0.0.0")
@@ -240,6 +240,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         allow_http=args.allow_http,
         http_address=args.http_address,
         http_port=args.http_port,
+        reuse_http_port=args.reuse_http_port,
         http_max_input_size=args.http_max_input_size,
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,

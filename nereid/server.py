@@ -92,7 +92,7 @@ async def _serve(engine: Engine, settings: ServerSettings) -> int:
             frontend = HttpFrontend(engine, settings)
             http = HttpServer(frontend.handle, error_response, settings.http_max_input_size)
             try:
-                await http.start(settings.http_address, settings.http_port)
+                await http.start(settings.http_address, settings.http_port, settings.reuse_http_port)
             except OSError as exc:  # the address is taken or cannot be bound
                 http = None
                 raise Unavailable(

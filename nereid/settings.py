@@ -68,6 +68,7 @@ class ServerSettings:
     allow_http: bool = True
     http_address: str = "0.0.0.0"
     http_port: int = 8000
+    reuse_http_port: bool = False  # let other servers bind the same HTTP port (SO_REUSEPORT)
     http_max_input_size: int = 64 * 1024 * 1024
     http_restricted_api: tuple[RestrictedApi, ...] = ()
     grpc_restricted_protocol: tuple[RestrictedApi, ...] = ()

@@ -13,6 +13,7 @@ def test_triton_flag_names_and_defaults() -> None:
     assert (settings.http_port, settings.grpc_port, settings.metrics_port) == (8000, 8001, 8002)
     assert settings.strict_readiness and settings.exit_on_error and settings.auto_complete_config
     assert settings.default_max_batch_size == 4 and settings.server_id == "triton"
+    assert not settings.reuse_http_port
     assert warnings == []
 
 
@@ -23,6 +24,7 @@ def test_values_in_triton_style() -> None:
             "--allow-http=false",
             "--http-port",
             "9000",
+            "--reuse-http-port=true",
             "--exit-on-error=0",
             "--strict-model-config=true",
             "--backend-config=default-max-batch-size=16",
@@ -31,6 +33,7 @@ def test_values_in_triton_style() -> None:
         ]
     )
     assert not settings.allow_http and settings.http_port == 9000 and not settings.exit_on_error
+    assert settings.reuse_http_port
     assert not settings.auto_complete_config
     assert settings.default_max_batch_size == 16
     assert settings.backend_config["onnxruntime"] == {"enable-global-threadpool": "1"}
@@ -112,6 +115,7 @@ def test_grpc_flags() -> None:
             "--grpc-infer-allocation-pool-size=8",
         ]
     )
+    assert not settings.reuse_http_port  # each port has its own flag
     assert (settings.grpc_port, settings.grpc_address, settings.allow_grpc) == (9001, "127.0.0.1", True)
     options = settings.grpc
     assert options.use_ssl and options.use_ssl_mutual  # mutual TLS is TLS too

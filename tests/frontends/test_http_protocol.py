@@ -256,3 +256,36 @@ def test_idle_connections_are_closed_after_the_keep_alive_timeout() -> None:
             await server.stop(1.0)
 
     asyncio.run(scenario())
+
+
+def test_a_taken_port_is_refused_unless_both_servers_reuse_it() -> None:
+    """--reuse-http-port: two servers share a port only when both ask to; otherwise binding fails."""
+
+    async def scenario() -> None:
+        first = HttpServer(_echo, error_response, 1024)
+        await first.start("127.0.0.1", 0, reuse_port=True)
+        try:
+            refused = HttpServer(_echo, error_response, 1024)
+            try:
+                await refused.start("127.0.0.1", first.port)
+            except OSError:
+                pass
+            else:
+                await refused.stop(1.0)
+                raise AssertionError("a second server bound a taken port without reuse")
+            second = HttpServer(_echo, error_response, 1024)
+            await second.start("127.0.0.1", first.port, reuse_port=True)
+            try:
+                assert second.port == first.port
+                for _ in range(2):  # whichever of the two takes the connection answers
+                    reader, writer = await asyncio.open_connection("127.0.0.1", first.port)
+                    writer.write(_post("/shared", b"ok"))
+                    status, _, body = await _read_response(reader)
+                    assert status == 200 and body.endswith(b"ok")
+                    writer.close()
+            finally:
+                await second.stop(1.0)
+        finally:
+            await first.stop(1.0)
+
+    asyncio.run(scenario())

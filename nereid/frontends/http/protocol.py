@@ -114,9 +114,13 @@ class HttpServer:
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, reuse_port: bool = False) -> None:
+        """Listen on host:port; `reuse_port` lets other processes listen on the same port (the kernel
+        spreads connections between them), as Triton's --reuse-http-port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port, reuse_address=True)
+        self._server = await loop.create_server(
+            lambda: _Connection(self), host, port, reuse_address=True, reuse_port=reuse_port or None
+        )
         self._sweeper = loop.create_task(self._close_idle_connections())
 
     @property
