@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from _common import ROOT, free_port, start_nereid, stop, wait_ready
 from perf_analyzer import install_perf_analyzer, measure_model
-from python_backend import _median_row, start_triton
+from python_backend import _median_row, round_ratios, start_triton
 
 OCR = ROOT / "examples" / "ocr"
 TWINS = Path(__file__).resolve().parent / "ocr_twins"
@@ -136,7 +136,9 @@ def report(
 ) -> None:
     print(f"ensemble {MODEL} (5 steps; nereid and triton: Python steps only), perf_analyzer, median round:")
     cells = (
-        ["conc"] + [f"{c} inf/s|p50 ms" for c in columns] + (["nereid/triton"] if "triton" in columns else [])
+        ["conc"]
+        + [f"{c} inf/s|p50 ms" for c in columns]
+        + (["nereid/triton", "per round"] if "triton" in columns else [])
     )
     print("  " + "  ".join(cells))
     for concurrency in concurrencies:
@@ -147,6 +149,9 @@ def report(
         ]
         if "triton" in columns:
             cells.append(f"{speed['nereid'] / speed['triton']:.2f}".rjust(13))
+            cells.append(
+                round_ratios(results[("nereid", concurrency)], results[("triton", concurrency)]).rjust(9)
+            )
         print("  " + "  ".join(cells))
 
 

@@ -3,7 +3,8 @@
 Both servers load the same repository, `add_sub` from examples/python_model_repository (FP32 [16],
 max_batch_size 64, one CPU instance), and perf_analyzer measures each at the same concurrencies, one
 server at a time; the servers alternate for --rounds rounds. Prints infer/s per round, then the median
-infer/s and latencies per server and the ratio nereid/triton of the medians, per concurrency.
+infer/s and latencies per server, the ratio nereid/triton of the medians, and the lowest and highest
+ratio of the two within one round (how far this machine's noise moves it), per concurrency.
 """
 
 from __future__ import annotations
@@ -112,6 +113,16 @@ def _median_row(rows: list[dict[str, str]]) -> dict[str, str]:
     return ordered[len(ordered) // 2]
 
 
+def round_ratios(nereid: list[dict[str, str]], triton: list[dict[str, str]]) -> str:
+    """nereid/triton within each round, lowest to highest: how far the machine's noise moves the ratio
+    (the two servers of a round are measured minutes apart at most)."""
+    ratios = sorted(
+        float(n["Inferences/Second"]) / float(t["Inferences/Second"])
+        for n, t in zip(nereid, triton, strict=True)
+    )
+    return f"{ratios[0]:.2f}-{ratios[-1]:.2f}"
+
+
 def report(
     servers: dict[str, object],
     protocols: list[str],
@@ -125,7 +136,7 @@ def report(
     for server in servers:
         header += f" {server + ' inf/s':>14} {'p50 ms':>7} {'p99 ms':>7}"
     if "triton" in servers:
-        header += f" {'nereid/triton':>14}"
+        header += f" {'nereid/triton':>14} {'per round':>10}"
     print(header)
     for protocol in protocols:
         for concurrency in concurrencies:
@@ -140,7 +151,10 @@ def report(
                 ratio = float(medians["nereid"]["Inferences/Second"]) / float(
                     medians["triton"]["Inferences/Second"]
                 )
-                line += f" {ratio:>14.2f}"
+                rounds = round_ratios(
+                    results[("nereid", protocol, concurrency)], results[("triton", protocol, concurrency)]
+                )
+                line += f" {ratio:>14.2f} {rounds:>10}"
             print(line)
 
 
