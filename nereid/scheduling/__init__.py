@@ -11,6 +11,7 @@ from nereid.backends.base import AsyncModelInstance, ModelInstance
 from nereid.scheduling.base import Scheduler
 from nereid.scheduling.default import DefaultScheduler
 from nereid.scheduling.dynamic import BatcherConfig, DynamicBatcher
+from nereid.scheduling.instances import InstancePool
 from nereid.scheduling.sequence import SequenceBatcher
 from nereid.statistics import ModelStatistics
 
@@ -32,4 +33,11 @@ def create_scheduler(
     return DefaultScheduler(label, instances)
 
 
-__all__ = ["DefaultScheduler", "DynamicBatcher", "Scheduler", "SequenceBatcher", "create_scheduler"]
+__all__ = [
+    "DefaultScheduler",
+    "DynamicBatcher",
+    "InstancePool",
+    "Scheduler",
+    "SequenceBatcher",
+    "create_scheduler",
+]

@@ -5,19 +5,16 @@ clock. This module is its asynchronous shell. Everything here runs on the event 
 execution itself: a blocking instance (ONNX Runtime, ...) runs each batch on a thread of its own and
 concatenates the requests along the batch dimension; a Python model's worker gets the request list.
 The queue is decided again whenever a request arrives, an instance frees up, or the policy asked to be
-woken (a queue delay or a timeout falling due).
+woken (a queue delay or a timeout falling due). Where each batch runs is the instance pool's business.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from functools import partial
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -29,11 +26,10 @@ from nereid.backends.base import (
     Outputs,
     batch_elements,
 )
-from nereid.errors import InternalError, NereidError, QueueFull, QueueTimeout, Unavailable, request_prefix
+from nereid.errors import QueueFull, QueueTimeout, Unavailable, request_prefix
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
+from nereid.scheduling.instances import InstancePool, resolve
 from nereid.statistics import ModelStatistics, RequestTiming
-
-log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
@@ -116,10 +112,9 @@ class _Entry:
 @dataclass(eq=False, slots=True)
 class _Batch:
     entries: list[_Entry]
-    instance: int
     order: int  # dispatch order, for preserve_ordering
+    results: list[BackendResult] = field(default_factory=list)
     started_ns: int = 0
-    outcome: list[BackendResult] | BaseException | None = None
     infer_ns: int = 0
 
 
@@ -137,13 +132,10 @@ class DynamicBatcher:
         self._policy = config.policy
         self._statistics = statistics
         self._clock = clock
-        self._instances = list(instances)
-        # Batches an instance has not finished. Each takes one at a time, worker processes included
-        # (whatever their pipeline depth): requests that arrive while a batch runs join the next batch,
-        # as in Triton, instead of leaving in a small one queued behind the running batch.
-        self._outstanding = [0] * len(self._instances)
-        # Checked once: an isinstance check against a runtime Protocol costs microseconds, each batch.
-        self._async = [isinstance(i, AsyncModelInstance) for i in self._instances]
+        # Batches go to idle instances only, worker processes included (whatever their pipeline depth):
+        # requests that arrive while a batch runs join the next batch, as in Triton, instead of leaving in
+        # a small one queued behind the running batch.
+        self.pool = InstancePool(model_label, instances)
         self._queue: list[_Entry] = []
         self._queued_per_level: dict[int, int] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -152,25 +144,10 @@ class DynamicBatcher:
         self._dispatched = 0
         self._released = 0  # batches whose results went out, under preserve_ordering
         self._finished_early: dict[int, _Batch] = {}
-        self._stopping = False
-        self._jobs: list[queue.SimpleQueue[_Batch | None]] = []
-        self._threads: list[threading.Thread] = []
-        for index, instance in enumerate(self._instances):
-            jobs: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
-            self._jobs.append(jobs)
-            if not self._async[index]:
-                thread = threading.Thread(
-                    target=self._run,
-                    args=(instance, jobs),
-                    name=f"{model_label}-instance-{index}",
-                    daemon=True,
-                )
-                self._threads.append(thread)
-                thread.start()
 
     # the Scheduler protocol
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
-        if self._stopping:
+        if self.pool.closed:
             raise Unavailable(f"model {self._label} is unloading")
         loop = self._loop
         if loop is None:
@@ -211,51 +188,26 @@ class DynamicBatcher:
         return len(self._queue)
 
     def unavailable_reason(self) -> str | None:
-        reasons = [i.unavailable_reason() for i in self._instances if isinstance(i, AsyncModelInstance)]
-        if not reasons or any(r is None for r in reasons):
-            return None
-        return "; ".join(r for r in reasons if r)
+        return self.pool.unavailable_reason()
 
     async def model_ready(self) -> bool:
-        for instance in self._instances:
-            if isinstance(instance, AsyncModelInstance) and not await instance.model_ready():
-                return False
-        return True
+        return await self.pool.model_ready()
 
     def stop(self) -> None:
         """Fail what is still queued, let running batches finish, then close the instances.
         Called from a thread other than the event loop's, or from the loop when it has stopped."""
-        self._stopping = True
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(self._fail_queued)
-            except RuntimeError:  # the loop is closing
-                pass
-        for jobs in self._jobs:
-            jobs.put(None)
-        for thread in self._threads:
-            thread.join()
-        for instance in self._instances:
-            instance.close()
+        self.pool.stop(self._fail_queued)
 
     # deciding
     def _shape_key(self, request: BackendRequest) -> tuple:
         ragged = self._config.ragged_inputs
         return tuple((name, array.shape[1:]) for name, array in request.inputs.items() if name not in ragged)
 
-    def _free_instance(self) -> int:
-        """An idle instance, else -1."""
-        for index, outstanding in enumerate(self._outstanding):
-            if outstanding == 0:
-                return index
-        return -1
-
     def _schedule(self, woken: bool = False) -> None:
         """Dispatch every batch the policy allows now; arm the timer for the next time it may change.
         `woken`: called by the timer, so timeouts are due even if no instance is free."""
         while self._queue:
-            instance = self._free_instance()
+            instance = self.pool.idle()
             if instance < 0 and not woken:
                 # Nothing can run. Every deadline in the queue has a timer armed (at arrival, or by the
                 # last decision), so there is nothing to decide until an instance frees up or it fires.
@@ -267,7 +219,7 @@ class DynamicBatcher:
                 chosen = [self._queue[i] for i in decision.run]
                 self._remove(rejected)
                 for entry in rejected:
-                    _resolve(entry.future, QueueTimeout("Request timeout expired"))
+                    resolve(entry.future, QueueTimeout("Request timeout expired"))
             else:
                 chosen = [self._queue[i] for i in decision.run]
             if not chosen:
@@ -299,43 +251,14 @@ class DynamicBatcher:
 
     # executing
     def _dispatch(self, index: int, entries: list[_Entry]) -> None:
-        batch = _Batch(entries, index, self._dispatched)
+        batch = _Batch(entries, self._dispatched)
         self._dispatched += 1
-        self._outstanding[index] += 1
-        batch.started_ns = started = time.perf_counter_ns()
-        for entry in entries:
-            if entry.timing is not None:
-                entry.timing.queue_ns = started - entry.queued_ns
-        if self._async[index]:
-            instance = cast(AsyncModelInstance, self._instances[index])
-            try:
-                instance.submit([e.request for e in entries], lambda outcome: self._finished(batch, outcome))
-            except Exception as exc:  # submit itself failing must not lose the instance
-                self._finished(batch, exc)
-        else:
-            self._jobs[index].put(batch)
+        self.pool.submit(index, [e.request for e in entries], partial(self._finished, batch))
 
-    def _run(self, instance: ModelInstance, jobs: queue.SimpleQueue[_Batch | None]) -> None:
-        while True:
-            batch = jobs.get()
-            if batch is None:
-                return
-            outcome: list[BackendResult] | BaseException
-            try:
-                outcome = instance.execute([e.request for e in batch.entries])
-            except BaseException as exc:  # a backend bug fails this batch, not the instance thread
-                outcome = exc
-            loop = self._loop
-            assert loop is not None
-            try:
-                loop.call_soon_threadsafe(self._finished, batch, outcome)
-            except RuntimeError:  # the loop closed while the batch ran: nobody waits for it
-                return
-
-    def _finished(self, batch: _Batch, outcome: list[BackendResult] | BaseException) -> None:
-        batch.infer_ns = time.perf_counter_ns() - batch.started_ns
-        batch.outcome = outcome
-        self._outstanding[batch.instance] -= 1
+    def _finished(self, batch: _Batch, results: list[BackendResult], started_ns: int, ended_ns: int) -> None:
+        batch.results = results
+        batch.started_ns = started_ns
+        batch.infer_ns = ended_ns - started_ns
         if self._config.preserve_ordering:
             # Answers go out in the order batches were dispatched, whichever instance finished first.
             self._finished_early[batch.order] = batch
@@ -347,47 +270,22 @@ class DynamicBatcher:
         self._schedule()
 
     def _answer(self, batch: _Batch) -> None:
-        entries, outcome = batch.entries, batch.outcome
         answering = time.perf_counter_ns()
-        if isinstance(outcome, list) and len(outcome) == len(entries):
-            results: Sequence[BackendResult | BaseException] = outcome
-        else:
-            error = self._error(outcome)
-            results = [error] * len(entries)
-        for entry, result in zip(entries, results, strict=True):
+        for entry, result in zip(batch.entries, batch.results, strict=True):
             if entry.timing is not None:
+                entry.timing.queue_ns = max(0, batch.started_ns - entry.queued_ns)
                 entry.timing.infer_ns = batch.infer_ns
                 entry.timing.batched = True
-            _resolve(entry.future, result)
+            resolve(entry.future, result)
         if self._statistics is not None:
-            size = sum(e.pending.batch_size for e in entries)
+            size = sum(e.pending.batch_size for e in batch.entries)
             self._statistics.record_execution(size, 0, batch.infer_ns, time.perf_counter_ns() - answering)
-
-    def _error(self, outcome: list[BackendResult] | BaseException | None) -> NereidError:
-        if isinstance(outcome, NereidError):
-            return outcome
-        if isinstance(outcome, BaseException):
-            log.error("model %s: unexpected error in execute", self._label, exc_info=outcome)
-            return InternalError(f"model {self._label}: {type(outcome).__name__}: {outcome}")
-        count = len(outcome) if isinstance(outcome, list) else 0
-        return InternalError(
-            f"model {self._label}: the backend returned {count} results for a batch of requests"
-        )
 
     def _fail_queued(self) -> None:
         queued, self._queue = self._queue, []
         self._queued_per_level.clear()
         for entry in queued:
-            _resolve(entry.future, Unavailable(f"model {self._label} is unloading"))
+            resolve(entry.future, Unavailable(f"model {self._label} is unloading"))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = self._timer_at = None
-
-
-def _resolve(future: asyncio.Future[Outputs], result: BackendResult | BaseException) -> None:
-    if future.done():  # its caller went away
-        return
-    if isinstance(result, BaseException):
-        future.set_exception(result)
-    else:
-        future.set_result(result)

@@ -4,18 +4,17 @@ slot of one instance that the sequence holds from its START request to its END r
 Each instance has slots (direct: `max_batch_size` of them; oldest: `max_candidate_sequences`). A free
 instance runs the oldest waiting request of each of its slots together, one batch row per sequence,
 after adding the control inputs and the implicit state (sequence_tensors.py). The pure decisions live
-in sequence_policy.py; this module is the event-loop shell around them.
+in sequence_policy.py; this module is the event-loop shell around them, and the instance pool runs the
+batches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -32,8 +31,9 @@ from nereid.backends.base import (
     Outputs,
     batch_elements,
 )
-from nereid.errors import InternalError, InvalidArgument, NereidError, Unavailable
+from nereid.errors import InvalidArgument, Unavailable
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
+from nereid.scheduling.instances import InstancePool, resolve
 from nereid.scheduling.sequence_policy import DirectPolicy, SlotId, SlotTable, decide_direct, idle_expired
 from nereid.scheduling.sequence_tensors import SequenceTensors, State
 from nereid.statistics import ModelStatistics, RequestTiming
@@ -65,40 +65,21 @@ class _Sequence:
 
 
 class _Batcher:
-    """An instance and its slots. Instances run their submissions one after the other; a batch leaves out
+    """An instance's slots. Instances run their executions one after the other; a batch leaves out
     sequences whose previous request has not finished, so each sequence's requests run in order and each
     sees the state the one before it left."""
 
-    __slots__ = (
-        "depth",
-        "executor",
-        "instance",
-        "outstanding",
-        "scheduled",
-        "seated",
-        "slots",
-        "timer",
-        "waiting",
-    )
+    __slots__ = ("index", "scheduled", "seated", "slots", "timer", "waiting")
 
-    def __init__(self, instance: ModelInstance | AsyncModelInstance, slots: int, name: str) -> None:
-        self.instance = instance
+    def __init__(self, index: int, slots: int) -> None:
+        self.index = index  # the instance's, in the pool
         self.slots: list[_Sequence | None] = [None] * slots
         self.seated = 0  # slots holding a sequence
         # Seated sequences with a request to run and none running, in the order they became so: a batch
         # is formed from these without scanning every slot (the oldest strategy may have a thousand).
         self.waiting: dict[_Sequence, None] = {}
-        self.outstanding = 0  # submissions not finished
         self.scheduled = False  # a dispatch is due once the loop has taken in what arrived with this request
-        # A worker process takes the next submission while it runs one, so it never waits for the loop.
-        self.depth = instance.pipeline_depth if isinstance(instance, AsyncModelInstance) else 1
         self.timer: asyncio.TimerHandle | None = None
-        # Instances that block run on a thread of their own; Python models run in worker processes.
-        self.executor = (
-            None
-            if isinstance(instance, AsyncModelInstance)
-            else ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-        )
 
 
 class SequenceBatcher:
@@ -133,14 +114,14 @@ class SequenceBatcher:
             batching.direct.minimum_slot_utilization,
         )
         self._idle_s = batching.max_sequence_idle_microseconds / 1e6
-        self._batchers = [
-            _Batcher(instance, slots, f"{config.name}-instance-{i}") for i, instance in enumerate(instances)
-        ]
+        # A worker process takes the next execution while it runs one (its pipeline depth), so that it never
+        # waits for the loop; a blocking instance runs one at a time, and the next batch grows meanwhile.
+        self.pool = InstancePool(model_label, instances)
+        self._batchers = [_Batcher(i, slots) for i in range(len(instances))]
         self._table: SlotTable[_Sequence] = SlotTable(len(self._batchers), slots)
         self._sequences: dict[int | str, _Sequence] = {}  # started and not yet ended
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
-        self._stopped = False
 
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         """The request's outputs, once the requests of its sequence before it have run."""
@@ -149,7 +130,7 @@ class SequenceBatcher:
             raise InvalidArgument(
                 f"inference request to model '{self._model}' must specify a non-zero or non-empty correlation ID"
             )
-        if self._stopped:
+        if self.pool.closed:
             raise Unavailable(f"model {self._label} is unloading")
         loop = self._loop
         if loop is None:
@@ -205,34 +186,21 @@ class SequenceBatcher:
         return seated + len(self._table.backlog())
 
     def unavailable_reason(self) -> str | None:
-        reasons = [b.instance.unavailable_reason() for b in self._async_batchers()]  # type: ignore[union-attr]
-        if not reasons or any(r is None for r in reasons):
-            return None
-        return "; ".join(r for r in reasons if r)
+        return self.pool.unavailable_reason()
 
     async def model_ready(self) -> bool:
-        for batcher in self._async_batchers():
-            if not await batcher.instance.model_ready():  # type: ignore[union-attr]
-                return False
-        return True
+        return await self.pool.model_ready()
 
     def stop(self) -> None:
-        """Fail what still waits, then release the instances (callable from any thread)."""
-        self._stopped = True
-        loop = self._loop
+        """Fail what still waits, let running batches finish, then release the instances (callable from
+        any thread)."""
+        self.pool.stop(self._fail_waiting)
+
+    def _fail_waiting(self) -> None:
         waiting = [s for b in self._batchers for s in b.slots if s is not None] + self._table.backlog()
         for sequence in waiting:
             while sequence.jobs:
-                job = sequence.jobs.popleft()
-                if loop is not None:
-                    with contextlib.suppress(RuntimeError):  # the loop may be closed already
-                        loop.call_soon_threadsafe(
-                            _resolve, job.future, Unavailable(f"model {self._label} is unloading")
-                        )
-        for batcher in self._batchers:
-            if batcher.executor is not None:
-                batcher.executor.shutdown(wait=True)
-            batcher.instance.close()
+                resolve(sequence.jobs.popleft().future, Unavailable(f"model {self._label} is unloading"))
 
     # slots
     def _seat(self, sequence: _Sequence, slot: SlotId) -> None:
@@ -264,7 +232,8 @@ class SequenceBatcher:
         self._dispatch(batcher)
 
     def _dispatch(self, batcher: _Batcher) -> None:
-        if batcher.outstanding >= batcher.depth or self._stopped:
+        pool = self.pool
+        if pool.outstanding(batcher.index) >= pool.depth(batcher.index) or pool.closed:
             return
         if batcher.timer is not None:
             batcher.timer.cancel()
@@ -278,30 +247,15 @@ class SequenceBatcher:
             return
         jobs: list[tuple[_Job, _Sequence]] = []
         requests: list[BackendRequest] = []
-        start_ns = time.perf_counter_ns()
         for sequence in chosen:
             job = sequence.jobs.popleft()
-            if job.timing is not None:
-                job.timing.queue_ns = start_ns - job.queued_ns
             requests.append(self._tensors.prepare(job.request, sequence.state))
             jobs.append((job, sequence))
             sequence.running = True
             del batcher.waiting[sequence]
             if job.request.flags & SEQUENCE_END:
                 self._release(sequence)  # its slot can take a backlogged sequence now
-        batcher.outstanding += 1
-        done = partial(self._finished, batcher, jobs, start_ns)
-        if batcher.executor is None:
-            try:
-                batcher.instance.submit(requests, done)  # type: ignore[union-attr]
-            except Exception as exc:  # submit itself failing must not lose the instance
-                done(exc)
-            return
-        loop = self._loop
-        if loop is None:  # dispatch only runs after execute set it
-            raise InternalError(f"model {self._label}: sequence batcher dispatched without an event loop")
-        execution = loop.run_in_executor(batcher.executor, batcher.instance.execute, requests)  # type: ignore[union-attr]
-        execution.add_done_callback(partial(_outcome, done))
+        pool.submit(batcher.index, requests, partial(self._finished, batcher, jobs))
 
     def _choose(self, batcher: _Batcher, ready: list[_Sequence], now: float) -> list[_Sequence]:
         """The sequences whose oldest request runs now; arms the batcher's timer when it should wait."""
@@ -334,23 +288,15 @@ class SequenceBatcher:
         self,
         batcher: _Batcher,
         jobs: list[tuple[_Job, _Sequence]],
-        start_ns: int,
-        outcome: list[BackendResult] | BaseException,
+        results: list[BackendResult],
+        started_ns: int,
+        ended_ns: int,
     ) -> None:
-        elapsed_ns = time.perf_counter_ns() - start_ns
-        results: Sequence[BackendResult]
-        if isinstance(outcome, BaseException):
-            error = outcome if isinstance(outcome, NereidError) else self._unexpected(outcome)
-            results = [error] * len(jobs)
-        elif len(outcome) != len(jobs):
-            results = [
-                InternalError(f"model {self._label}: {len(outcome)} results for {len(jobs)} requests")
-            ] * len(jobs)
-        else:
-            results = outcome
+        elapsed_ns = ended_ns - started_ns
         now = time.monotonic()
         for (job, sequence), result in zip(jobs, results, strict=True):
             if job.timing is not None:
+                job.timing.queue_ns = max(0, started_ns - job.queued_ns)
                 job.timing.infer_ns = elapsed_ns
                 job.timing.batched = True  # the execution is recorded once, below
             if isinstance(result, dict) and self._tensors.has_state:
@@ -359,7 +305,7 @@ class SequenceBatcher:
             sequence.last_active = now
             if sequence.jobs and sequence.slot is not None:
                 self._batchers[sequence.slot.instance].waiting[sequence] = None
-            _resolve(job.future, result)
+            resolve(job.future, result)
         if self._statistics is not None:
             self._statistics.record_execution(
                 sum(batch_elements(j.request) for j, _ in jobs) if self._batch_dimension else len(jobs),
@@ -367,12 +313,7 @@ class SequenceBatcher:
                 elapsed_ns,
                 0,
             )
-        batcher.outstanding -= 1
         self._dispatch(batcher)
-
-    def _unexpected(self, exc: BaseException) -> InternalError:
-        log.error("model %s: unexpected error in execute", self._label, exc_info=exc)
-        return InternalError(f"model {self._label}: {type(exc).__name__}: {exc}")
 
     # idle sequences
     def _arm_idle(self) -> None:
@@ -383,7 +324,7 @@ class SequenceBatcher:
         """Release sequences that neither received nor ran a request for max_sequence_idle_microseconds;
         a later request for one of them is refused, as it has no START (Triton's behaviour)."""
         self._idle_timer = None
-        if self._stopped:
+        if self.pool.closed:
             return
         seated = [s for b in self._batchers for s in b.slots if s is not None]
         quiet = {s: s.last_active for s in seated if not s.jobs and not s.running}
@@ -406,9 +347,6 @@ class SequenceBatcher:
             delay = (next_at - now) if next_at is not None else self._idle_s
             self._idle_timer = self._loop.call_later(max(delay, 0.0), self._expire_idle)
 
-    def _async_batchers(self) -> list[_Batcher]:
-        return [b for b in self._batchers if b.executor is None]
-
 
 def _slot_index(sequence: _Sequence) -> int:
     return sequence.slot.slot if sequence.slot is not None else -1
@@ -417,21 +355,3 @@ def _slot_index(sequence: _Sequence) -> int:
 def _shape(request: BackendRequest) -> tuple:
     """What must match for two requests to share a batch: input names, types and shapes past the batch."""
     return tuple((name, a.dtype.str, a.shape[1:]) for name, a in request.inputs.items())
-
-
-def _outcome(done: partial, execution: asyncio.Future) -> None:  # type: ignore[type-arg]
-    if execution.cancelled():
-        done(Unavailable("the execution was cancelled"))
-    elif execution.exception() is not None:
-        done(execution.exception())
-    else:
-        done(execution.result())
-
-
-def _resolve(future: asyncio.Future[Outputs], result: BackendResult | BaseException) -> None:
-    if future.done():  # the caller went away: drop the result
-        return
-    if isinstance(result, BaseException):
-        future.set_exception(result)
-    else:
-        future.set_result(result)

@@ -156,7 +156,7 @@ def test_onnxruntime_session_parameters(tmp_path: Path) -> None:
     )
     manager = _manager(tmp_path)
     try:
-        session = manager.get("tuned").scheduler._instances[0]._session  # type: ignore[attr-defined]  # auto-completed: the dynamic batcher
+        session = manager.get("tuned").scheduler.pool.instances[0]._session  # type: ignore[attr-defined]  # auto-completed: the dynamic batcher
         options = session.get_session_options()
         assert options.intra_op_num_threads == 1
         assert options.graph_optimization_level.name == "ORT_ENABLE_EXTENDED"

@@ -84,20 +84,43 @@ def test_backend_exceptions_fail_the_request_not_the_scheduler(limit: float) -> 
 def test_busy_instance_is_not_used_inline() -> None:
     instance = RecordingInstance()
     scheduler = DefaultScheduler("m", [instance], inline_limit_s=3600.0)
+    gate = threading.Event()
     try:
         _run(scheduler, 1)  # measured: inline from now on, unless the instance is busy
-        scheduler._slots[0].lock.acquire()
         results: list[np.ndarray] = []
 
         async def go() -> None:
+            # Another execution holds the instance's thread until the gate opens.
+            held = asyncio.get_running_loop().create_future()
+            blocker = BackendRequest({"IN": np.array([0])}, ("OUT",))
+            started = _gate_next_execution(instance, gate)
+            scheduler.pool.submit(0, (blocker,), lambda *_: held.set_result(None))
+            assert await asyncio.to_thread(started.wait, 10)
             task = asyncio.ensure_future(scheduler.execute(_request(5)))
-            await asyncio.sleep(0)  # let the request reach the queue; the busy lock keeps it there
-            assert not task.done()
-            scheduler._slots[0].lock.release()
+            await asyncio.sleep(0)
+            assert not task.done()  # neither inline nor lost: behind the running execution
+            gate.set()
             results.append((await task)["OUT"])
+            await held
 
         asyncio.run(go())
         assert int(results[0][0]) == 6
         assert instance.threads[-1] != threading.get_ident()
     finally:
+        gate.set()
         scheduler.stop()
+
+
+def _gate_next_execution(instance: RecordingInstance, gate: threading.Event) -> threading.Event:
+    """Make the instance's next execution wait for `gate`; the event returned is set once it waits."""
+    started = threading.Event()
+    execute = instance.execute
+
+    def gated(requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        started.set()
+        gate.wait(10)
+        instance.execute = execute  # type: ignore[method-assign]
+        return execute(requests)
+
+    instance.execute = gated  # type: ignore[method-assign]
+    return started

@@ -72,7 +72,7 @@ def test_requests_carry_id_parameters_sequence_and_outputs(manager: ModelManager
 
 def test_several_requests_in_one_execute_get_one_response_each(manager: ModelManager) -> None:
     """As the dynamic batcher will send them: one execute, one response per request, in order."""
-    instance = manager.get("faulty").scheduler._async_instances[0]
+    instance = manager.get("faulty").scheduler.pool.instances[0]
     assert isinstance(instance, PythonInstance)
 
     async def run() -> list[BackendResult] | BaseException:

@@ -1,0 +1,292 @@
+"""The execution instances of one model version: which are free, where an execution runs, and its results.
+
+Schedulers decide *what* runs next (their queue policies); the pool decides *where* and *how*. An instance
+whose `execute` blocks (ONNX Runtime, PyTorch, ...) runs on a thread of its own, or on the event loop
+itself when its executions take microseconds; an instance whose model runs in a worker process (the
+Python backend) is submitted to from the event loop. Either way the scheduler hands the pool a list of
+requests and gets one result per request back on the event loop, exceptions already turned into errors:
+the single place where executions start and end, for rate limiting, warmup and tracing to plug into.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import cast
+
+from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance, Outputs
+from nereid.errors import InternalError, NereidError, Unavailable
+
+log = logging.getLogger(__name__)
+
+# A model whose executions take less than this on average may run on the event loop while an instance is
+# idle and nothing waits: handing it to a thread and back costs more CPU than running it.
+INLINE_EXECUTION_LIMIT_S = 100e-6
+_SMOOTHING = 0.1
+
+# Called on the event loop when an execution ends: one result per request, and when it started and ended
+# (perf_counter ns; for a worker process, from the submission).
+Completion = Callable[[list[BackendResult], int, int], None]
+
+
+@dataclass(slots=True)
+class _Execution:
+    requests: Sequence[BackendRequest]
+    done: Completion
+    loop: asyncio.AbstractEventLoop
+    abandoned: Callable[[], bool] | None  # true once nobody waits for the results: skip it
+
+
+class InstancePool:
+    """The instances of one model version and the executions each holds.
+
+    `thread_depth` is how many executions a blocking instance may hold: 1 runs one at a time; 2 keeps the
+    next one ready on its thread so that it never waits for the event loop between two (the default
+    scheduler's choice; a batcher would rather grow its next batch meanwhile). A worker-process instance
+    holds up to its own `pipeline_depth`.
+    """
+
+    def __init__(
+        self,
+        label: str,
+        instances: Sequence[ModelInstance | AsyncModelInstance],
+        *,
+        thread_depth: int = 1,
+        inline_limit_s: float = 0.0,
+    ) -> None:
+        self.label = label
+        self._instances = list(instances)
+        # Checked once: an isinstance check against a runtime Protocol costs microseconds.
+        self._async = [isinstance(i, AsyncModelInstance) for i in self._instances]
+        self._outstanding = [0] * len(self._instances)
+        self._thread_depth = thread_depth
+        self._inline_limit_s = inline_limit_s
+        self._average_s: float | None = None  # smoothed execution time of blocking instances
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of the latest submission
+        self._closed = False
+        self._jobs: list[queue.SimpleQueue[_Execution | None] | None] = []
+        self._threads: list[threading.Thread] = []
+        for index, instance in enumerate(self._instances):
+            if self._async[index]:
+                self._jobs.append(None)
+                continue
+            jobs: queue.SimpleQueue[_Execution | None] = queue.SimpleQueue()
+            thread = threading.Thread(
+                target=self._run,
+                args=(index, cast(ModelInstance, instance), jobs),
+                name=f"{label}-instance-{index}",
+                daemon=True,
+            )
+            self._jobs.append(jobs)
+            self._threads.append(thread)
+            thread.start()
+
+    def __len__(self) -> int:
+        return len(self._instances)
+
+    @property
+    def instances(self) -> tuple[ModelInstance | AsyncModelInstance, ...]:
+        return tuple(self._instances)
+
+    # which instance
+    def outstanding(self, index: int) -> int:
+        """Executions the instance holds: running, or ready behind the running one."""
+        return self._outstanding[index]
+
+    def depth(self, index: int) -> int:
+        """How many executions the instance may hold at once."""
+        if self._async[index]:
+            return cast(AsyncModelInstance, self._instances[index]).pipeline_depth
+        return self._thread_depth
+
+    def idle(self) -> int:
+        """An instance running nothing, else -1."""
+        for index, outstanding in enumerate(self._outstanding):
+            if outstanding == 0:
+                return index
+        return -1
+
+    def with_room(self) -> int:
+        """An idle instance, else one with room behind its current execution, else -1."""
+        chosen = -1
+        for index, outstanding in enumerate(self._outstanding):
+            if outstanding == 0:
+                return index
+            if chosen < 0 and outstanding < self.depth(index):
+                chosen = index
+        return chosen
+
+    def inline_index(self) -> int:
+        """An idle blocking instance whose executions are fast enough to run on the event loop, else -1."""
+        average = self._average_s
+        if average is None or average >= self._inline_limit_s:
+            return -1
+        for index, outstanding in enumerate(self._outstanding):
+            if outstanding == 0 and not self._async[index]:
+                return index
+        return -1
+
+    # executing
+    def submit(
+        self,
+        index: int,
+        requests: Sequence[BackendRequest],
+        done: Completion,
+        abandoned: Callable[[], bool] | None = None,
+    ) -> None:
+        """Start an execution on instance `index` (call on the event loop); `done` is called once, on the
+        loop, when it ends. A blocking instance skips an execution held behind the running one when
+        `abandoned()` has become true meanwhile (its callers went away)."""
+        loop = self._loop = asyncio.get_running_loop()
+        if self._closed:
+            error = Unavailable(f"model {self.label} is unloading")
+            done([error] * len(requests), 0, 0)
+            return
+        self._outstanding[index] += 1
+        jobs = self._jobs[index]
+        if jobs is not None:
+            jobs.put(_Execution(requests, done, loop, abandoned))
+            return
+        instance = cast(AsyncModelInstance, self._instances[index])
+        started = time.perf_counter_ns()
+        reported = False
+
+        def finished(outcome: list[BackendResult] | BaseException) -> None:
+            nonlocal reported
+            if reported:  # an instance that reports twice must not free its place twice
+                log.error("model %s: instance %d reported one execution twice", self.label, index)
+                return
+            reported = True
+            self._complete(index, requests, done, outcome, started, time.perf_counter_ns())
+
+        try:
+            instance.submit(requests, finished)
+        except Exception as exc:  # submit itself failing must not lose the instance
+            finished(exc)
+
+    def run_inline(self, index: int, requests: Sequence[BackendRequest], done: Completion) -> None:
+        """Run an execution on the event loop, now (an instance `inline_index` chose); `done` is called
+        before this returns."""
+        self._outstanding[index] += 1
+        started = time.perf_counter_ns()
+        try:
+            outcome: list[BackendResult] | BaseException = cast(
+                ModelInstance, self._instances[index]
+            ).execute(requests)
+        except Exception as exc:
+            outcome = exc
+        self._complete(index, requests, done, outcome, started, time.perf_counter_ns())
+
+    def _run(self, index: int, instance: ModelInstance, jobs: queue.SimpleQueue[_Execution | None]) -> None:
+        while True:
+            execution = jobs.get()
+            if execution is None:
+                return
+            started = time.perf_counter_ns()
+            outcome: list[BackendResult] | BaseException
+            if execution.abandoned is not None and execution.abandoned():
+                outcome = Unavailable("the request was cancelled")  # nobody receives it
+            else:
+                try:
+                    outcome = instance.execute(execution.requests)
+                except BaseException as exc:  # a backend bug fails this execution, not the instance thread
+                    outcome = exc
+            ended = time.perf_counter_ns()
+            try:
+                execution.loop.call_soon_threadsafe(
+                    self._complete, index, execution.requests, execution.done, outcome, started, ended
+                )
+            except RuntimeError:  # the loop closed while it ran: nobody waits for the results
+                self._outstanding[index] -= 1
+
+    def _complete(
+        self,
+        index: int,
+        requests: Sequence[BackendRequest],
+        done: Completion,
+        outcome: list[BackendResult] | BaseException,
+        started: int,
+        ended: int,
+    ) -> None:
+        self._outstanding[index] -= 1
+        if not self._async[index]:
+            elapsed = (ended - started) / 1e9
+            average = self._average_s
+            self._average_s = elapsed if average is None else average + _SMOOTHING * (elapsed - average)
+        done(self._results(requests, outcome), started, ended)
+
+    def _results(
+        self, requests: Sequence[BackendRequest], outcome: list[BackendResult] | BaseException
+    ) -> list[BackendResult]:
+        """One result per request: a whole execution's failure fails each of its requests."""
+        if isinstance(outcome, list) and len(outcome) == len(requests):
+            return outcome
+        error: NereidError
+        if isinstance(outcome, NereidError):
+            error = outcome
+        elif isinstance(outcome, BaseException):
+            log.error("model %s: unexpected error in execute", self.label, exc_info=outcome)
+            error = InternalError(f"model {self.label}: {type(outcome).__name__}: {outcome}")
+        else:
+            error = InternalError(
+                f"model {self.label}: the backend returned {len(outcome)} results for {len(requests)} requests"
+            )
+        return [error] * len(requests)
+
+    # readiness
+    def unavailable_reason(self) -> str | None:
+        """Why the model cannot serve now: every worker-process instance reports a reason (None when one
+        can serve, or when the instances are in-process)."""
+        reasons = [
+            cast(AsyncModelInstance, i).unavailable_reason()
+            for i, is_async in zip(self._instances, self._async, strict=True)
+            if is_async
+        ]
+        if not reasons or any(r is None for r in reasons):
+            return None
+        return "; ".join(r for r in reasons if r)
+
+    async def model_ready(self) -> bool:
+        """The model's own readiness check (Python models' `is_ready`), asked of every instance."""
+        for instance, is_async in zip(self._instances, self._async, strict=True):
+            if is_async and not await cast(AsyncModelInstance, instance).model_ready():
+                return False
+        return True
+
+    # stopping
+    def stop(self, fail_queued: Callable[[], None]) -> None:
+        """Refuse new executions, have the scheduler fail what it still queues (`fail_queued`, run on the
+        event loop), let running executions finish, then close the instances. Called from a thread other
+        than the event loop's, or from the loop once it has stopped."""
+        self._closed = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                loop.call_soon_threadsafe(fail_queued)
+        for jobs in self._jobs:
+            if jobs is not None:
+                jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+        for instance in self._instances:
+            instance.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+def resolve(future: asyncio.Future[Outputs], result: BackendResult | BaseException) -> None:
+    """Settle a request's future once; a future already done (its caller went away) drops the result."""
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
