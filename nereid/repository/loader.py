@@ -21,6 +21,7 @@ from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, tree_fingerprint, version_folders
 from nereid.scheduling import create_scheduler
 from nereid.scheduling.ensemble import EnsembleMembers
+from nereid.scheduling.warmup import warm_up, warmup_samples
 from nereid.settings import ServerSettings
 from nereid.statistics import ModelStatistics
 
@@ -210,6 +211,7 @@ def _load_version(
             f"failed to load model '{source.name}' version {version}: model file '{model_file}' not found"
         )
     backend.check(config, model_file)
+    samples = warmup_samples(config, source.path)  # a bad warmup setting fails before any instance starts
     backend_config = settings.backend_config.get(backend.name, {})
     instances: list[ModelInstance | AsyncModelInstance] = []
     try:
@@ -239,6 +241,14 @@ def _load_version(
             instance.close()
         raise
     statistics = ModelStatistics(summaries=settings.metrics_config.summary_latencies)
+    scheduler = create_scheduler(
+        f"'{source.name}' version {version}", config, instances, statistics, source.path
+    )
+    try:
+        warm_up(scheduler.pool, samples, config)  # before the version serves, so before it is READY
+    except BaseException:
+        scheduler.stop()
+        raise
     return ModelVersion(
         name=source.name,
         version=version,
@@ -247,9 +257,7 @@ def _load_version(
         metadata=model_metadata(config, [version]),
         inputs=tensor_specs(config.input),
         outputs=tensor_specs(config.output, labels),
-        scheduler=create_scheduler(
-            f"'{source.name}' version {version}", config, instances, statistics, source.path
-        ),
+        scheduler=scheduler,
         statistics=statistics,
         output_names=tuple(o.name for o in config.output),
         required_inputs=tuple(i.name for i in config.input if not i.optional),

@@ -22,7 +22,7 @@ def create_scheduler(
     instances: Sequence[ModelInstance | AsyncModelInstance],
     statistics: ModelStatistics,
     model_dir: Path | None = None,
-) -> Scheduler:
+) -> DefaultScheduler | DynamicBatcher | SequenceBatcher:
     """The scheduler the config asks for; `label` names the model version in its messages. `model_dir`
     holds files some schedulers read (the sequence batcher's initial state files)."""
     if config.HasField("sequence_batching"):
