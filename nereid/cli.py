@@ -8,7 +8,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nereid.settings import API_GROUPS, GrpcOptions, MetricsConfig, RestrictedApi, ServerSettings
+from nereid.settings import (
+    API_GROUPS,
+    GrpcOptions,
+    MetricsConfig,
+    ResourceLimit,
+    RestrictedApi,
+    ServerSettings,
+)
 
 # Triton flags that a later version of Nereid implements. They are accepted so existing command lines
 # keep working, and each one given is reported at start-up as having no effect yet.
@@ -22,8 +29,6 @@ NOT_YET_SUPPORTED = (
     "--log-error",
     "--log-format",
     "--log-file",
-    "--rate-limit",
-    "--rate-limit-resource",
     "--cache-config",
     "--response-cache-byte-size",
     "--pinned-memory-pool-byte-size",
@@ -144,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-on-error", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-timeout-secs", type=int, default=30)
     p.add_argument("--log-verbose", type=int, default=0)
+    p.add_argument("--rate-limit", choices=("off", "execution_count"), default="off")
+    p.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]")
     for flag in NOT_YET_SUPPORTED + NO_EFFECT:
         p.add_argument(flag, action="append", default=None, help=argparse.SUPPRESS)
     return p
@@ -271,8 +278,19 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         exit_timeout_secs=args.exit_timeout_secs,
         log_verbose=args.log_verbose,
         backend_config=backend_config,
+        rate_limit=args.rate_limit == "execution_count",
+        rate_limit_resources=tuple(_resource_limit(item) for item in args.rate_limit_resource),
     )
+    if args.rate_limit_resource and args.rate_limit == "off":
+        warnings.append("--rate-limit-resource has no effect unless --rate-limit=execution_count")
     return settings, warnings
+
+
+def _resource_limit(item: str) -> ResourceLimit:
+    try:
+        return ResourceLimit.parse(item)
+    except ValueError as exc:
+        raise SystemExit(f"nereid: --rate-limit-resource {exc}") from None
 
 
 def _grpc_options(args: argparse.Namespace) -> GrpcOptions:

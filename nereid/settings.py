@@ -61,6 +61,26 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class ResourceLimit:
+    """One `--rate-limit-resource`: `device` None applies to every device (or to the global resource)."""
+
+    name: str
+    count: int
+    device: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ResourceLimit:
+        parts = text.split(":")
+        try:
+            if len(parts) in (2, 3) and parts[0]:
+                device = int(parts[2]) if len(parts) == 3 else None
+                return cls(parts[0], int(parts[1]), device)
+        except ValueError:
+            pass
+        raise ValueError(f"expected <name>:<count>[:<device>], got '{text}'")
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     model_repositories: tuple[Path, ...]
     server_id: str = "triton"
@@ -99,3 +119,6 @@ class ServerSettings:
     exit_timeout_secs: int = 30
     log_verbose: int = 0
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    # --rate-limit=execution_count: executions wait for the resources their instance group names
+    rate_limit: bool = False
+    rate_limit_resources: tuple[ResourceLimit, ...] = ()

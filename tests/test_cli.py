@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from nereid.cli import parse_settings
+from nereid.settings import ResourceLimit
 
 
 def test_triton_flag_names_and_defaults() -> None:
@@ -41,11 +42,20 @@ def test_values_in_triton_style() -> None:
 
 
 def test_flags_of_later_versions_are_reported_not_ignored() -> None:
-    _, warnings = parse_settings(["--model-repository=/a", "--log-file=x.log", "--rate-limit=off"])
+    _, warnings = parse_settings(["--model-repository=/a", "--log-file=x.log", "--rate-limit-resource=R:1"])
     assert warnings == [
         "--log-file is not supported yet and has no effect",
-        "--rate-limit is not supported yet and has no effect",
+        "--rate-limit-resource has no effect unless --rate-limit=execution_count",
     ]
+
+
+def test_rate_limit_flags() -> None:
+    settings, _ = parse_settings(
+        ["--model-repository=/a", "--rate-limit=execution_count", "--rate-limit-resource=R1:10:1"]
+    )
+    assert settings.rate_limit and settings.rate_limit_resources == (ResourceLimit("R1", 10, 1),)
+    with pytest.raises(SystemExit, match="expected <name>:<count>"):
+        parse_settings(["--model-repository=/a", "--rate-limit-resource=R1"])
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, tree_fingerprint, version_folders
 from nereid.scheduling import create_scheduler
 from nereid.scheduling.ensemble import EnsembleMembers
+from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.scheduling.warmup import warm_up, warmup_samples
 from nereid.settings import ServerSettings
 from nereid.statistics import ModelStatistics
@@ -44,6 +45,7 @@ def load_model(
     config_override: str | None = None,
     serving: Mapping[int, ModelVersion] | None = None,
     members: EnsembleMembers | None = None,
+    limiter: RateLimiter | None = None,
 ) -> LoadResult:
     """Load the versions the policy selects. `config_override` is a JSON ModelConfig that replaces
     config.pbtxt; a version in `serving` whose config, files and labels are unchanged is kept as is.
@@ -80,7 +82,7 @@ def load_model(
             continue
         try:
             result.versions[version] = _load_version(
-                source, config, config_json, backend, folders, version, labels, fingerprint, settings
+                source, config, config_json, backend, folders, version, labels, fingerprint, settings, limiter
             )
         except NereidError as exc:
             result.failures[version] = exc.message
@@ -203,6 +205,7 @@ def _load_version(
     labels: dict[str, tuple[str, ...]],
     fingerprint: str,
     settings: ServerSettings,
+    limiter: RateLimiter | None,
 ) -> ModelVersion:
     version_dir = folders[version]
     model_file = version_dir / config.default_model_filename
@@ -214,6 +217,7 @@ def _load_version(
     samples = warmup_samples(config, source.path)  # a bad warmup setting fails before any instance starts
     backend_config = settings.backend_config.get(backend.name, {})
     instances: list[ModelInstance | AsyncModelInstance] = []
+    claims: list[Claim] = []  # what each instance needs from the rate limiter
     try:
         for group in config.instance_group:
             kind = mc.ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
@@ -236,14 +240,19 @@ def _load_version(
                         backend_config=backend_config,
                     )
                     instances.append(backend.create_instance(spec))
+                    claims.append(Claim.for_group(f"{source.name}:{spec.instance_name}", group, device_id))
     except BaseException:
         for instance in instances:
             instance.close()
         raise
     statistics = ModelStatistics(summaries=settings.metrics_config.summary_latencies)
-    scheduler = create_scheduler(
-        f"'{source.name}' version {version}", config, instances, statistics, source.path
-    )
+    label = f"'{source.name}' version {version}"
+    try:
+        scheduler = create_scheduler(label, config, instances, statistics, source.path, limiter, claims)
+    except BaseException:  # the rate limiter refused the instances' resources
+        for instance in instances:
+            instance.close()
+        raise
     try:
         warm_up(scheduler.pool, samples, config)  # before the version serves, so before it is READY
     except BaseException:

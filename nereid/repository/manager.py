@@ -24,6 +24,7 @@ from nereid.repository.model import ModelVersion
 from nereid.repository.scan import ModelSource, discover, tree_fingerprint
 from nereid.repository.uploads import check_model_name, remove_model_folder, write_model_folder
 from nereid.scheduling.ensemble import EnsembleMembers
+from nereid.scheduling.rate_limiter import RateLimiter
 from nereid.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,8 @@ class ModelManager:
         self._ensembles: dict[str, frozenset[str]] = {}  # ensemble -> the models its steps call
         self._cascaded: set[str] = set()  # ensembles unloaded because a composing model was
         self._chain = threading.local()  # models this thread is loading or unloading (no recursion)
+        # One for every model, so that resources are shared across models (--rate-limit).
+        self._limiter = RateLimiter(settings.rate_limit_resources) if settings.rate_limit else None
 
     @property
     def control_mode(self) -> str:
@@ -124,11 +127,15 @@ class ModelManager:
         plain, ensembles = order_for_loading(sources, self._settings)
         workers = max(1, self._settings.model_load_thread_count)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="model-load") as pool:
-            results = list(pool.map(lambda s: (s, load_model(s, self._settings)), plain))
+            results = list(
+                pool.map(lambda s: (s, load_model(s, self._settings, limiter=self._limiter)), plain)
+            )
         for source, result in results:
             self._register_loaded(source, result)
         for source in ensembles:
-            self._register_loaded(source, load_model(source, self._settings, members=self.members))
+            self._register_loaded(
+                source, load_model(source, self._settings, members=self.members, limiter=self._limiter)
+            )
 
     def _register_loaded(self, source: ModelSource, result: LoadResult) -> None:
         _log_failures(result)
@@ -180,7 +187,7 @@ class ModelManager:
             reusable = current.versions if current is not None and current.uploaded == uploaded else None
             self._transitions[name] = ModelState.LOADING
             try:
-                result = load_model(source, self._settings, config, reusable, self.members)
+                result = load_model(source, self._settings, config, reusable, self.members, self._limiter)
             except BaseException:
                 if uploaded is not None:
                     remove_model_folder(uploaded)

@@ -12,6 +12,7 @@ from nereid.scheduling.base import Scheduler
 from nereid.scheduling.default import DefaultScheduler
 from nereid.scheduling.dynamic import BatcherConfig, DynamicBatcher
 from nereid.scheduling.instances import InstancePool
+from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.scheduling.sequence import SequenceBatcher
 from nereid.statistics import ModelStatistics
 
@@ -22,15 +23,21 @@ def create_scheduler(
     instances: Sequence[ModelInstance | AsyncModelInstance],
     statistics: ModelStatistics,
     model_dir: Path | None = None,
+    limiter: RateLimiter | None = None,
+    claims: Sequence[Claim] = (),
 ) -> DefaultScheduler | DynamicBatcher | SequenceBatcher:
     """The scheduler the config asks for; `label` names the model version in its messages. `model_dir`
-    holds files some schedulers read (the sequence batcher's initial state files)."""
+    holds files some schedulers read (the sequence batcher's initial state files). With a rate limiter,
+    `claims` says what each instance needs to run."""
     if config.HasField("sequence_batching"):
-        return SequenceBatcher(label, config, instances, model_dir, statistics)
+        return SequenceBatcher(
+            label, config, instances, model_dir, statistics, limiter=limiter, claims=claims
+        )
     # Without a batch dimension there is nothing to batch: Triton runs each request on its own then.
     if config.HasField("dynamic_batching") and config.max_batch_size > 0:
-        return DynamicBatcher(label, BatcherConfig.from_config(config), instances, statistics)
-    return DefaultScheduler(label, instances)
+        batching = BatcherConfig.from_config(config)
+        return DynamicBatcher(label, batching, instances, statistics, limiter=limiter, claims=claims)
+    return DefaultScheduler(label, instances, limiter=limiter, claims=claims)
 
 
 __all__ = [

@@ -12,6 +12,7 @@ from functools import partial
 from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance, Outputs
 from nereid.errors import Unavailable
 from nereid.scheduling.instances import INLINE_EXECUTION_LIMIT_S, InstancePool, resolve
+from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.statistics import RequestTiming
 
 
@@ -35,9 +36,19 @@ class DefaultScheduler:
         model_label: str,
         instances: Sequence[ModelInstance | AsyncModelInstance],
         inline_limit_s: float = INLINE_EXECUTION_LIMIT_S,
+        limiter: RateLimiter | None = None,
+        claims: Sequence[Claim] = (),
     ) -> None:
         self._label = model_label
-        self.pool = InstancePool(model_label, instances, thread_depth=2, inline_limit_s=inline_limit_s)
+        self.pool = InstancePool(
+            model_label,
+            instances,
+            thread_depth=2,
+            inline_limit_s=inline_limit_s,
+            limiter=limiter,
+            claims=claims,
+        )
+        self.pool.on_room = self._dispatch_waiting
         self._waiting: collections.deque[_Job] = collections.deque()
 
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
@@ -77,7 +88,10 @@ class DefaultScheduler:
             job.timing.queue_ns = max(0, started_ns - job.queued_ns)
             job.timing.infer_ns = ended_ns - started_ns
         resolve(job.future, results[0])
-        # The instance that just made room takes the oldest request whose caller is still there.
+        self._dispatch_waiting()
+
+    def _dispatch_waiting(self) -> None:
+        """An instance that made room takes the oldest request whose caller is still there."""
         pool = self.pool
         while self._waiting and (index := pool.with_room()) >= 0:
             waiting = self._waiting.popleft()

@@ -29,6 +29,7 @@ from nereid.backends.base import (
 from nereid.errors import QueueFull, QueueTimeout, Unavailable, request_prefix
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
 from nereid.scheduling.instances import InstancePool, resolve
+from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.statistics import ModelStatistics, RequestTiming
 
 Clock = Callable[[], float]
@@ -126,6 +127,8 @@ class DynamicBatcher:
         instances: Sequence[ModelInstance | AsyncModelInstance],
         statistics: ModelStatistics | None = None,
         clock: Clock = time.monotonic,
+        limiter: RateLimiter | None = None,
+        claims: Sequence[Claim] = (),
     ) -> None:
         self._label = model_label
         self._config = config
@@ -135,7 +138,8 @@ class DynamicBatcher:
         # Batches go to idle instances only, worker processes included (whatever their pipeline depth):
         # requests that arrive while a batch runs join the next batch, as in Triton, instead of leaving in
         # a small one queued behind the running batch.
-        self.pool = InstancePool(model_label, instances)
+        self.pool = InstancePool(model_label, instances, limiter=limiter, claims=claims)
+        self.pool.on_room = self._schedule
         self._queue: list[_Entry] = []
         self._queued_per_level: dict[int, int] = {}
         self._timer: asyncio.TimerHandle | None = None

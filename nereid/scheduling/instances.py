@@ -22,6 +22,7 @@ from typing import cast
 
 from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance, Outputs
 from nereid.errors import InternalError, NereidError, Unavailable
+from nereid.scheduling.rate_limiter import Claim, RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ class InstancePool:
     next one ready on its thread so that it never waits for the event loop between two (the default
     scheduler's choice; a batcher would rather grow its next batch meanwhile). A worker-process instance
     holds up to its own `pipeline_depth`.
+
+    With a rate limiter, an instance is idle only while the resources of its `claim` are free; each
+    execution holds them while it runs (so each instance holds one execution at a time), and when they are
+    released the pool calls `on_room`, for its scheduler to dispatch again.
     """
 
     def __init__(
@@ -59,8 +64,15 @@ class InstancePool:
         *,
         thread_depth: int = 1,
         inline_limit_s: float = 0.0,
+        limiter: RateLimiter | None = None,
+        claims: Sequence[Claim] = (),
     ) -> None:
         self.label = label
+        self._limiter = limiter
+        self._claims = list(claims)
+        if limiter is not None:
+            limiter.register(self._claims)  # before any thread starts: an invalid claim fails the load
+        self.on_room: Callable[[], None] = lambda: None
         self._instances = list(instances)
         # Checked once: an isinstance check against a runtime Protocol costs microseconds.
         self._async = [isinstance(i, AsyncModelInstance) for i in self._instances]
@@ -101,19 +113,37 @@ class InstancePool:
 
     def depth(self, index: int) -> int:
         """How many executions the instance may hold at once."""
+        if self._limiter is not None:
+            return 1
         if self._async[index]:
             return cast(AsyncModelInstance, self._instances[index]).pipeline_depth
         return self._thread_depth
 
     def idle(self) -> int:
-        """An instance running nothing, else -1."""
+        """An instance running nothing (and, when rate limited, whose resources are free), else -1."""
         for index, outstanding in enumerate(self._outstanding):
-            if outstanding == 0:
+            if outstanding == 0 and (self._limiter is None or self._runnable(index)):
                 return index
         return -1
 
+    def _runnable(self, index: int) -> bool:
+        limiter, claim = self._limiter, self._claims[index]
+        assert limiter is not None
+        if limiter.can_run(claim):
+            return True
+        limiter.wait(self, claim, self.on_room)
+        return False
+
+    def can_take(self, index: int) -> bool:
+        """Whether instance `index` may take another execution now."""
+        if self._outstanding[index] >= self.depth(index):
+            return False
+        return self._limiter is None or self._runnable(index)
+
     def with_room(self) -> int:
         """An idle instance, else one with room behind its current execution, else -1."""
+        if self._limiter is not None:
+            return self.idle()
         chosen = -1
         for index, outstanding in enumerate(self._outstanding):
             if outstanding == 0:
@@ -125,7 +155,7 @@ class InstancePool:
     def inline_index(self) -> int:
         """An idle blocking instance whose executions are fast enough to run on the event loop, else -1."""
         average = self._average_s
-        if average is None or average >= self._inline_limit_s:
+        if average is None or average >= self._inline_limit_s or self._limiter is not None:
             return -1
         for index, outstanding in enumerate(self._outstanding):
             if outstanding == 0 and not self._async[index]:
@@ -139,15 +169,23 @@ class InstancePool:
         requests: Sequence[BackendRequest],
         done: Completion,
         abandoned: Callable[[], bool] | None = None,
+        *,
+        limited: bool = True,
     ) -> None:
         """Start an execution on instance `index` (call on the event loop); `done` is called once, on the
         loop, when it ends. A blocking instance skips an execution held behind the running one when
-        `abandoned()` has become true meanwhile (its callers went away)."""
+        `abandoned()` has become true meanwhile (its callers went away). `limited` False runs it outside
+        the rate limiter (warmup, before the version serves)."""
         loop = self._loop = asyncio.get_running_loop()
         if self._closed:
             error = Unavailable(f"model {self.label} is unloading")
             done([error] * len(requests), 0, 0)
             return
+        if limited and self._limiter is not None:
+            claim = self._claims[index]
+            if not self._limiter.acquire(claim):  # idle() saw the resources free on this turn of the loop
+                raise InternalError(f"model {self.label}: rate limiter resources taken before dispatch")
+            done = self._releasing(claim, done)
         self._outstanding[index] += 1
         jobs = self._jobs[index]
         if jobs is not None:
@@ -169,6 +207,16 @@ class InstancePool:
             instance.submit(requests, finished)
         except Exception as exc:  # submit itself failing must not lose the instance
             finished(exc)
+
+    def _releasing(self, claim: Claim, done: Completion) -> Completion:
+        limiter = self._limiter
+        assert limiter is not None
+
+        def released(results: list[BackendResult], started: int, ended: int) -> None:
+            limiter.release(claim)
+            done(results, started, ended)
+
+        return released
 
     def run_inline(self, index: int, requests: Sequence[BackendRequest], done: Completion) -> None:
         """Run an execution on the event loop, now (an instance `inline_index` chose); `done` is called
@@ -276,6 +324,8 @@ class InstancePool:
             thread.join()
         for instance in self._instances:
             instance.close()
+        if self._limiter is not None:
+            self._limiter.unregister(self._claims)
 
     @property
     def closed(self) -> bool:

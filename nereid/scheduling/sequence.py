@@ -34,6 +34,7 @@ from nereid.backends.base import (
 from nereid.errors import InvalidArgument, Unavailable
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
 from nereid.scheduling.instances import InstancePool, resolve
+from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.scheduling.sequence_policy import DirectPolicy, SlotId, SlotTable, decide_direct, idle_expired
 from nereid.scheduling.sequence_tensors import SequenceTensors, State
 from nereid.statistics import ModelStatistics, RequestTiming
@@ -92,6 +93,8 @@ class SequenceBatcher:
         instances: Sequence[ModelInstance | AsyncModelInstance],
         model_dir: Path | None = None,
         statistics: ModelStatistics | None = None,
+        limiter: RateLimiter | None = None,
+        claims: Sequence[Claim] = (),
     ) -> None:
         self._label = model_label
         self._statistics = statistics
@@ -116,7 +119,8 @@ class SequenceBatcher:
         self._idle_s = batching.max_sequence_idle_microseconds / 1e6
         # A worker process takes the next execution while it runs one (its pipeline depth), so that it never
         # waits for the loop; a blocking instance runs one at a time, and the next batch grows meanwhile.
-        self.pool = InstancePool(model_label, instances)
+        self.pool = InstancePool(model_label, instances, limiter=limiter, claims=claims)
+        self.pool.on_room = self._dispatch_all
         self._batchers = [_Batcher(i, slots) for i in range(len(instances))]
         self._table: SlotTable[_Sequence] = SlotTable(len(self._batchers), slots)
         self._sequences: dict[int | str, _Sequence] = {}  # started and not yet ended
@@ -227,13 +231,17 @@ class SequenceBatcher:
             successor.last_active = time.monotonic()
 
     # batches
+    def _dispatch_all(self) -> None:
+        for batcher in self._batchers:
+            self._dispatch(batcher)
+
     def _scheduled_dispatch(self, batcher: _Batcher) -> None:
         batcher.scheduled = False
         self._dispatch(batcher)
 
     def _dispatch(self, batcher: _Batcher) -> None:
         pool = self.pool
-        if pool.outstanding(batcher.index) >= pool.depth(batcher.index) or pool.closed:
+        if pool.closed or not pool.can_take(batcher.index):
             return
         if batcher.timer is not None:
             batcher.timer.cancel()

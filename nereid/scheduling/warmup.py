@@ -146,7 +146,7 @@ async def _run_sample(
         for _ in range(sample.batch_size)
     ]
     done: asyncio.Future[list[BackendResult]] = asyncio.get_running_loop().create_future()
-    pool.submit(index, requests, lambda results, _started, _ended: done.set_result(results))
+    pool.submit(index, requests, lambda results, _started, _ended: done.set_result(results), limited=False)
     results = await done
     errors = [str(r) for r in results if isinstance(r, NereidError)]
     for request, result in zip(requests, results, strict=True):
