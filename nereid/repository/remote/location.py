@@ -17,7 +17,7 @@ from nereid.errors import InvalidArgument
 SCHEMES = ("s3", "gs", "as")
 
 # Triton's rule: a host and port before the bucket name select a private S3 endpoint.
-_S3_ENDPOINT = re.compile(r"(http://|https://|)([0-9a-zA-Z\-.]+):([0-9]+)/([0-9a-z.\-]+)((?:/.*)?)")
+_S3_ENDPOINT = re.compile(r"([0-9a-zA-Z\-.]+):([0-9]+)/([0-9a-z.\-]+)((?:/.*)?)")
 
 
 def is_remote(path: str) -> bool:
@@ -64,9 +64,9 @@ def parse_location(url: str) -> RemoteLocation:
         clean = "/".join(_segments(rest))
         match = _S3_ENDPOINT.fullmatch(clean)
         if match is not None:
-            tls, host, port, bucket, path = match.groups()
+            host, port, bucket, path = match.groups()
             return RemoteLocation(
-                url, "s3", bucket, "/".join(_segments(path)), endpoint=f"{tls or 'http://'}{host}:{port}"
+                url, "s3", bucket, "/".join(_segments(path)), endpoint=f"{protocol or 'http://'}{host}:{port}"
             )
         if protocol:
             raise InvalidArgument(f"model repository '{url}': expected s3://{protocol}host:port/bucket/path")
