@@ -141,11 +141,26 @@ class ModelManager:
         plain, ensembles = order_for_loading(sources, self._settings)
         workers = max(1, self._settings.model_load_thread_count)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="model-load") as pool:
-            results = list(pool.map(lambda s: (s, load_model(s, self._settings)), plain))
+            results = list(pool.map(lambda s: (s, self._load_model(s)), plain))
         for source, result in results:
             self._register_loaded(source, result)
         for source in ensembles:
-            self._register_loaded(source, load_model(source, self._settings, members=self.members))
+            self._register_loaded(source, self._load_model(source, members=self.members))
+
+    def _load_model(
+        self,
+        source: ModelSource,
+        config: str | None = None,
+        serving: dict[int, ModelVersion] | None = None,
+        members: EnsembleMembers | None = None,
+    ) -> LoadResult:
+        result = load_model(source, self._settings, config, serving, members)
+        for mirror in self._mirrors:  # reasons name the model's place in the bucket, not the local copy
+            remote = mirror.remote_path(source.path)
+            if remote is not None:
+                local = str(source.path)
+                result.failures = {v: reason.replace(local, remote) for v, reason in result.failures.items()}
+        return result
 
     def _register_loaded(self, source: ModelSource, result: LoadResult) -> None:
         _log_failures(result)
@@ -199,7 +214,7 @@ class ModelManager:
             reusable = current.versions if current is not None and current.uploaded == uploaded else None
             self._transitions[name] = ModelState.LOADING
             try:
-                result = load_model(source, self._settings, config, reusable, self.members)
+                result = self._load_model(source, config, reusable, self.members)
             except BaseException:
                 if uploaded is not None:
                     remove_model_folder(uploaded)

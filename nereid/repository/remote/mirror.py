@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
-from nereid.errors import InvalidArgument, NereidError
+from nereid.errors import InvalidArgument, NereidError, Unavailable
 from nereid.repository.remote.location import parse_location
 from nereid.repository.remote.stores import ObjectChanged, ObjectInfo, ObjectStore, open_store
 
@@ -59,6 +59,7 @@ class RepositoryMirror:
         self._generations = base / "generations"
         self.root.mkdir(parents=True, exist_ok=True)
         self._generations.mkdir(exist_ok=True)
+        self._generations = self._generations.resolve()  # model folders are known by their resolved paths
         self._mirrored: dict[str, str] = {}  # model -> fingerprint of the objects in its folder
         self._pending: dict[str, str] = {}  # model -> fingerprint seen changed once (polling)
         self._downloads = 0  # numbers download folders, so that the newest sort last
@@ -105,7 +106,7 @@ class RepositoryMirror:
             self._pending.pop(name, None)
             log.info("model '%s' in %s is still changing (%s): trying again later", name, self.url, changed)
             if raise_errors:
-                raise InvalidArgument(
+                raise Unavailable(
                     f"model '{name}' in {self.url} changed while it was being downloaded; try again"
                 ) from None
             return
@@ -140,11 +141,16 @@ class RepositoryMirror:
                     )
                     continue
                 target = folder.joinpath(name, *parts)
-                if relative.endswith("/"):  # a folder marker
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                self.store().download(obj, target)
+                try:
+                    if relative.endswith("/"):  # a folder marker
+                        target.mkdir(parents=True, exist_ok=True)
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    self.store().download(obj, target)
+                except OSError as exc:  # a key that is both a file and a folder, a full disk, ...
+                    raise InvalidArgument(
+                        f"cannot copy {self.location.describe(obj.key)} into the local mirror: {exc}"
+                    ) from None
             # Objects added or removed while we downloaded: the listing no longer matches.
             if _fingerprint(self.store().list(model_prefix)) != _fingerprint(objects):
                 raise ObjectChanged(f"the objects under {self.location.describe(model_prefix)} changed")
@@ -159,6 +165,14 @@ class RepositoryMirror:
         folders = sorted(generations.iterdir()) if generations.is_dir() else []
         for folder in folders[: max(0, len(folders) - keep)]:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def remote_path(self, local: Path) -> str | None:
+        """The bucket URL of a model folder of this mirror (None if `local` is not one)."""
+        try:
+            name = local.relative_to(self._generations).parts[0]
+        except (ValueError, IndexError):
+            return None
+        return self.location.describe(self.location.key(name))
 
     def close(self) -> None:
         if self._owned:

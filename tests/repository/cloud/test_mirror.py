@@ -145,6 +145,31 @@ def test_explicit_load_reads_the_bucket_as_it_is_now(bucket: Bucket, started: li
     assert manager.get("alpha").version == 3
 
 
+def test_load_errors_name_the_object_in_the_bucket(bucket: Bucket, started: list[ModelManager]) -> None:
+    bucket.put("alpha/config.pbtxt", b"max_batch_size: x\n")
+    bucket.put("alpha/1/model.onnx", ONNX)
+    manager = start(started, manager_for(bucket.url, bucket.environ, exit_on_error=False))
+    (row,) = manager.index()
+    assert row["state"] == "UNAVAILABLE"
+    assert row["reason"].startswith(f"{bucket.url.split('://')[0]}://")
+    assert "models/alpha/config.pbtxt:1:" in row["reason"] and "nereid-repository-" not in row["reason"]
+
+
+@pytest.mark.parametrize("bucket", ["s3"], indirect=True)
+def test_a_key_that_is_a_file_and_a_folder_is_named(bucket: Bucket, started: list[ModelManager]) -> None:
+    upload(bucket, "alpha", 1)
+    upload(bucket, "beta", 1)
+    bucket.put("beta/1", b"a file where a folder must be")
+    manager = manager_for(bucket.url, bucket.environ, "explicit")
+    start(started, manager)
+    with pytest.raises(
+        InvalidArgument, match=r"cannot copy s3://nereid-test-[0-9]+/models/beta/1.* local mirror"
+    ):
+        manager.load("beta")
+    manager.load("alpha")
+    assert manager.get("alpha").version == 1
+
+
 @pytest.mark.parametrize("bucket", ["s3", "azure"], indirect=True)
 def test_refused_credentials_name_the_bucket(bucket: Bucket, started: list[ModelManager]) -> None:
     upload(bucket, "alpha", 1)
