@@ -1,4 +1,4 @@
-"""A real `nereid` serving from S3 (moto) in poll mode: a new version swaps in while clients keep sending."""
+"""A real `nereid` serving from a bucket in poll mode: a new version swaps in while clients keep sending."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-import pytest
 import tritonclient.http as httpclient
 
 from tests.conftest import EXAMPLES, free_ports, stop, wait_ready
@@ -26,7 +25,6 @@ def _versions(url: str) -> list[str]:
         return list(orjson.loads(response.read())["versions"])
 
 
-@pytest.mark.parametrize("bucket", ["s3"], indirect=True)
 def test_new_version_swaps_in_under_load(bucket: Bucket, tmp_path: Path) -> None:
     bucket.put("simple/config.pbtxt", (SIMPLE / "config.pbtxt").read_bytes())
     bucket.put("simple/1/model.onnx", (SIMPLE / "1" / "model.onnx").read_bytes())
