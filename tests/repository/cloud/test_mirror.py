@@ -208,6 +208,25 @@ def test_credential_file_longest_prefix_wins(
     assert manager.get("alpha").version == 1
 
 
+@pytest.mark.parametrize("bucket", ["s3"], indirect=True)
+def test_mirror_goes_to_the_mount_directory(
+    bucket: Bucket, started: list[ModelManager], tmp_path: Path
+) -> None:
+    upload(bucket, "alpha", 1)
+    manager = start(
+        started, manager_for(bucket.url, {**bucket.environ, "TRITON_AWS_MOUNT_DIRECTORY": str(tmp_path)})
+    )
+    (mirror,) = tmp_path.iterdir()  # one folder per repository URL
+    assert (mirror / "repository" / "alpha" / "1" / "model.onnx").read_bytes() == ONNX
+    assert manager.get("alpha").version == 1
+    manager.stop()
+    started.remove(manager)
+    assert (mirror / "repository" / "alpha").exists()  # the user's folder: left for them, not removed
+    (mirror / "repository" / "stale").mkdir()
+    start(started, manager_for(bucket.url, {**bucket.environ, "TRITON_AWS_MOUNT_DIRECTORY": str(tmp_path)}))
+    assert sorted(p.name for p in (mirror / "repository").iterdir()) == ["alpha"]  # a new start starts clean
+
+
 def test_gcs_credential_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-key.json"
     manager = manager_for("gs://bucket/models", {"GOOGLE_APPLICATION_CREDENTIALS": str(missing)})
