@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nereid.repository.remote.location import is_remote
 from nereid.settings import (
     API_GROUPS,
     GrpcOptions,
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         required=True,
         metavar="DIR",
-        help="model repository folder (repeatable)",
+        help="model repository folder, or s3://, gs:// or as:// URL (repeatable)",
     )
     p.add_argument("--id", default="triton", help="server identifier reported by server metadata")
     p.add_argument("--allow-http", type=_bool, default=True, metavar="BOOL")
@@ -242,7 +243,8 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
     metrics_config, metrics_warnings = _metrics_config(args.metrics_config)
     warnings += metrics_warnings
     settings = ServerSettings(
-        model_repositories=tuple(Path(p) for p in args.model_repository),
+        model_repositories=tuple(Path(p) for p in args.model_repository if not is_remote(p)),
+        remote_repositories=tuple(p for p in args.model_repository if is_remote(p)),
         server_id=args.id,
         allow_http=args.allow_http,
         http_address=args.http_address,

@@ -106,6 +106,7 @@ class ServerSettings:
     allow_cpu_metrics: bool = True
     metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
     # repository and models
+    remote_repositories: tuple[str, ...] = ()  # s3://, gs:// and as:// repositories, mirrored locally
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()
     repository_poll_secs: int = 15

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nereid.errors import InvalidArgument, NotFound, Unavailable
+from nereid.errors import InvalidArgument, NereidError, NotFound, Unavailable
 from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members
 from nereid.repository.loader import LoadResult, load_model
 from nereid.repository.model import ModelVersion
+from nereid.repository.remote import RepositoryMirror
 from nereid.repository.scan import ModelSource, discover, tree_fingerprint
 from nereid.repository.uploads import check_model_name, remove_model_folder, write_model_folder
 from nereid.scheduling.ensemble import EnsembleMembers
@@ -69,8 +71,11 @@ def version_number(version: str) -> int:
 
 
 class ModelManager:
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, environ: Mapping[str, str] | None = None) -> None:
+        """`environ` holds the cloud credentials of remote repositories (the process environment if None)."""
         self._settings = settings
+        environ = os.environ if environ is None else environ
+        self._mirrors = [RepositoryMirror(url, environ) for url in settings.remote_repositories]
         self._models: dict[str, _ModelEntry] = {}
         self._transitions: dict[str, ModelState] = {}  # LOADING / UNLOADING while one runs
         self._locks: dict[str, threading.Lock] = {}  # one load or unload at a time per model
@@ -96,6 +101,8 @@ class ModelManager:
         for root in self._settings.model_repositories:
             if not root.is_dir():
                 raise NotFound(f"model repository '{root}' does not exist or is not a folder")
+        for mirror in self._mirrors:
+            mirror.sync()
         if self.control_mode == "explicit":
             self._load_at_start(self._settings.load_models)
         else:
@@ -106,15 +113,25 @@ class ModelManager:
 
     def load_all(self) -> None:
         """Load every model of every repository, several at a time."""
-        sources = discover(list(self._settings.model_repositories))
+        sources = self._discover()
         self._load_sources(list(sources.values()))
+
+    def _discover(self) -> dict[str, ModelSource]:
+        """Models of the local roots and of the mirrors; a mirrored model by its download folder, so that
+        its versions keep reading the files they loaded from when a newer download is swapped in."""
+        mirrors = {mirror.root for mirror in self._mirrors}
+        sources = discover([*self._settings.model_repositories, *mirrors])
+        return {
+            name: replace(source, path=source.path.resolve()) if source.path.parent in mirrors else source
+            for name, source in sources.items()
+        }
 
     def _load_at_start(self, names: Iterable[str]) -> None:
         wanted = list(dict.fromkeys(names))
         if "*" in wanted:
             self.load_all()
             return
-        sources = discover(list(self._settings.model_repositories))
+        sources = self._discover()
         wanted = with_ensemble_members(wanted, sources, self._settings)  # Triton loads them too
         for name in wanted:
             if name not in sources:
@@ -127,15 +144,26 @@ class ModelManager:
         plain, ensembles = order_for_loading(sources, self._settings)
         workers = max(1, self._settings.model_load_thread_count)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="model-load") as pool:
-            results = list(
-                pool.map(lambda s: (s, load_model(s, self._settings, limiter=self._limiter)), plain)
-            )
+            results = list(pool.map(lambda s: (s, self._load_model(s)), plain))
         for source, result in results:
             self._register_loaded(source, result)
         for source in ensembles:
-            self._register_loaded(
-                source, load_model(source, self._settings, members=self.members, limiter=self._limiter)
-            )
+            self._register_loaded(source, self._load_model(source, members=self.members))
+
+    def _load_model(
+        self,
+        source: ModelSource,
+        config: str | None = None,
+        serving: dict[int, ModelVersion] | None = None,
+        members: EnsembleMembers | None = None,
+    ) -> LoadResult:
+        result = load_model(source, self._settings, config, serving, members, self._limiter)
+        for mirror in self._mirrors:  # reasons name the model's place in the bucket, not the local copy
+            remote = mirror.remote_path(source.path)
+            if remote is not None:
+                local = str(source.path)
+                result.failures = {v: reason.replace(local, remote) for v, reason in result.failures.items()}
+        return result
 
     def _register_loaded(self, source: ModelSource, result: LoadResult) -> None:
         _log_failures(result)
@@ -155,6 +183,8 @@ class ModelManager:
                 model.stop()
             if entry.uploaded is not None:
                 remove_model_folder(entry.uploaded)
+        for mirror in self._mirrors:
+            mirror.close()
 
     # load and unload (blocking: call from a worker thread, never from the event loop)
     def load(self, name: str, config: str | None = None, files: dict[str, bytes] | None = None) -> None:
@@ -187,7 +217,7 @@ class ModelManager:
             reusable = current.versions if current is not None and current.uploaded == uploaded else None
             self._transitions[name] = ModelState.LOADING
             try:
-                result = load_model(source, self._settings, config, reusable, self.members, self._limiter)
+                result = self._load_model(source, config, reusable, self.members)
             except BaseException:
                 if uploaded is not None:
                     remove_model_folder(uploaded)
@@ -264,7 +294,7 @@ class ModelManager:
     def _load_members_first(self, name: str, files: dict[str, bytes] | None) -> None:
         if self.control_mode != "explicit" or files:
             return
-        source = discover(list(self._settings.model_repositories)).get(name)
+        source = self._discover().get(name)
         members = source_ensemble_members(source, self._settings) if source is not None else None
         for member in sorted(members or ()):
             entry = self._models.get(member)
@@ -288,7 +318,9 @@ class ModelManager:
                 pass  # logged, and shown in the repository index
 
     def _repository_source(self, name: str) -> ModelSource:
-        source = discover(list(self._settings.model_repositories)).get(name)
+        for mirror in self._mirrors:  # as Triton: a load reads the model from the bucket as it is now
+            mirror.sync(only=name)
+        source = self._discover().get(name)
         if source is None:
             raise InvalidArgument(f"failed to load '{name}': {_no_folder(name)}")
         return source
@@ -323,7 +355,12 @@ class ModelManager:
 
     def poll(self) -> None:
         """Apply what changed on disk since the last look: new, changed and removed models."""
-        sources = discover(list(self._settings.model_repositories))
+        for mirror in self._mirrors:
+            try:
+                mirror.sync(settle=True)
+            except NereidError as exc:  # the bucket cannot be read now: keep serving what was mirrored
+                log.error("cannot poll %s: %s", mirror.url, exc.message)
+        sources = self._discover()
         for name, source in sources.items():
             if self._stopping.is_set():
                 return
@@ -409,7 +446,7 @@ class ModelManager:
         """Repository index rows as Triton writes them: READY rows carry no reason."""
         names = set(self._models)
         if not ready_only:
-            names.update(discover(list(self._settings.model_repositories)))
+            names.update(self._discover())
         rows: list[dict[str, Any]] = []
         for name in sorted(names):
             entry = self._models.get(name)
