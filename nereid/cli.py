@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-address", default="0.0.0.0")
     p.add_argument("--grpc-port", type=int, default=8001)
     p.add_argument("--reuse-grpc-port", type=_bool, default=False, metavar="BOOL")
+    p.add_argument("--grpc-core", choices=("auto", "native", "aio"), default="auto")
     p.add_argument("--grpc-use-ssl", type=_bool, default=False, metavar="BOOL")
     p.add_argument("--grpc-use-ssl-mutual", type=_bool, default=False, metavar="BOOL")
     p.add_argument("--grpc-server-cert", default="", metavar="FILE")
@@ -321,6 +322,7 @@ def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
         max_connection_age_ms=args.grpc_max_connection_age,
         max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
         reuse_port=args.reuse_grpc_port,
+        core=args.grpc_core,
     )
 
 

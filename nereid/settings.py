@@ -49,6 +49,9 @@ class GrpcOptions:
     max_connection_age_ms: int | None = None
     max_connection_age_grace_ms: int | None = None
     reuse_port: bool = False
+    # Which server serves gRPC: "native" (pygrpc-native: HTTP/2 and per-call work in Rust, outside the
+    # GIL), "aio" (grpc.aio), or "auto": native where it can serve every option given, else aio.
+    core: str = "auto"
 
 
 @dataclass(frozen=True)

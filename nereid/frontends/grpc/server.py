@@ -1,6 +1,17 @@
-"""Build and start the grpc.aio server: options, TLS, the inference and health services."""
+"""Build and start the gRPC server: its core, options, TLS, the inference and health services.
+
+Two cores serve the same servicer. grpc.aio does everything Triton's endpoint does, but its per-call
+machinery costs more CPU than the rest of a request. pygrpc-native (the `grpc` extra) runs HTTP/2 and the
+per-call work in Rust, outside the GIL, and hands the servicer's coroutines to the same event loop; it
+serves unary calls itself and sends streams (ModelStreamInfer) to a grpc.aio server behind it. It has no
+TLS, no response compression and no connection ageing: `--grpc-core=auto` (the default) picks it unless
+one of those is asked for, and says which core serves and why.
+"""
 
 from __future__ import annotations
+
+import importlib.util
+import logging
 
 import grpc
 from tritonclient.grpc import service_pb2_grpc
@@ -11,6 +22,8 @@ from nereid.frontends.grpc.health import health_handler
 from nereid.frontends.grpc.restricted import RestrictedProtocolInterceptor
 from nereid.frontends.grpc.servicer import InferenceServicer
 from nereid.settings import GrpcOptions, ServerSettings
+
+log = logging.getLogger(__name__)
 
 # Triton accepts messages up to INT32_MAX bytes each way (grpc's defaults are 4 MiB in, unlimited out).
 MAX_MESSAGE_BYTES = 2**31 - 1
@@ -46,6 +59,28 @@ def server_options(options: GrpcOptions) -> list[tuple[str, int]]:
     return result
 
 
+def choose_core(options: GrpcOptions) -> tuple[str, str]:
+    """("native" or "aio", why): the core that serves these options."""
+    if options.core == "aio":
+        return "aio", "grpc.aio (--grpc-core=aio)"
+    needs = [
+        what
+        for what, asked in (
+            ("TLS", options.use_ssl),
+            ("response compression", options.infer_response_compression_level != "none"),
+            ("--grpc-max-connection-age", options.max_connection_age_ms is not None),
+        )
+        if asked
+    ]
+    if importlib.util.find_spec("pygrpc_native") is None:
+        needs.append("the pygrpc-native package (pip install 'nereid[grpc]')")
+    if not needs:
+        return "native", "pygrpc-native: HTTP/2 and per-call work outside the GIL"
+    if options.core == "native":
+        raise Unavailable(f"--grpc-core=native cannot serve this endpoint: it needs {', '.join(needs)}")
+    return "aio", f"grpc.aio, since the native core lacks {', '.join(needs)}"
+
+
 def _credentials(options: GrpcOptions) -> grpc.ServerCredentials:
     if options.server_key is None or options.server_cert is None:
         raise Unavailable("gRPC over TLS needs --grpc-server-cert and --grpc-server-key")
@@ -63,12 +98,19 @@ def _credentials(options: GrpcOptions) -> grpc.ServerCredentials:
 async def start_grpc_server(engine: Engine, settings: ServerSettings) -> tuple[grpc.aio.Server, int]:
     """A started server on the running event loop, and the port it listens on."""
     options = settings.grpc
+    core, why = choose_core(options)
+    log.info("gRPC served by %s", why)
     interceptors = (
         [RestrictedProtocolInterceptor(settings.grpc_restricted_protocol)]
         if settings.grpc_restricted_protocol
         else []
     )
-    server = grpc.aio.server(options=server_options(options), interceptors=interceptors)
+    if core == "native":
+        import pygrpc_native.aio  # the package's own `from pygrpc_native import aio` recurses in 0.5
+
+        server = pygrpc_native.aio.server(options=server_options(options), interceptors=interceptors)
+    else:
+        server = grpc.aio.server(options=server_options(options), interceptors=interceptors)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(engine), server)
     server.add_generic_rpc_handlers((health_handler(engine),))
     address = f"{settings.grpc_address}:{settings.grpc_port}"

@@ -1,4 +1,5 @@
-"""The gRPC frontend in process: a grpc.aio server on port 0, on an event loop of its own thread."""
+"""The gRPC frontend in process: a server on port 0, on an event loop of its own thread, once on each core
+(pygrpc-native and grpc.aio)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tritonclient.grpc import service_pb2_grpc
 from nereid.engine import Engine
 from nereid.frontends.grpc import start_grpc_server
 from nereid.server import build_engine
-from nereid.settings import ServerSettings
+from nereid.settings import GrpcOptions, ServerSettings
 from tests.conftest import EXAMPLES
 
 T = TypeVar("T")
@@ -44,11 +45,20 @@ class InProcessServer:
     target: str
     stub: service_pb2_grpc.GRPCInferenceServiceStub
     channel: grpc.Channel
+    core: str
 
 
-@pytest.fixture(scope="module")
-def grpc_server() -> Iterator[InProcessServer]:
-    settings = ServerSettings(model_repositories=(EXAMPLES,), grpc_address="127.0.0.1", grpc_port=0)
+CORES = ("native", "aio")
+
+
+@pytest.fixture(scope="module", params=CORES)
+def grpc_server(request: pytest.FixtureRequest) -> Iterator[InProcessServer]:
+    settings = ServerSettings(
+        model_repositories=(EXAMPLES,),
+        grpc_address="127.0.0.1",
+        grpc_port=0,
+        grpc=GrpcOptions(core=request.param),
+    )
     engine = build_engine(settings)
     loop = LoopThread()
     try:
@@ -57,7 +67,7 @@ def grpc_server() -> Iterator[InProcessServer]:
         try:
             with grpc.insecure_channel(target) as channel:
                 yield InProcessServer(
-                    engine, target, service_pb2_grpc.GRPCInferenceServiceStub(channel), channel
+                    engine, target, service_pb2_grpc.GRPCInferenceServiceStub(channel), channel, request.param
                 )
         finally:
             loop.run(server.stop(None))

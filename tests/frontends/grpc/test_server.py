@@ -1,8 +1,9 @@
-"""The grpc.aio server's options and binding."""
+"""The gRPC server's core, options and binding."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import socket
 
 import grpc
@@ -10,7 +11,7 @@ import pytest
 
 from nereid.errors import Status, Unavailable
 from nereid.frontends.grpc import start_grpc_server
-from nereid.frontends.grpc.server import MAX_MESSAGE_BYTES, server_options
+from nereid.frontends.grpc.server import MAX_MESSAGE_BYTES, choose_core, server_options
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.settings import GrpcOptions, ServerSettings
 from tests.conftest import EXAMPLES
@@ -60,3 +61,24 @@ def test_every_status_has_a_grpc_code() -> None:
     assert set(GRPC_STATUS) == set(Status)
     assert GRPC_STATUS[Status.UNSUPPORTED] == grpc.StatusCode.UNIMPLEMENTED
     assert GRPC_STATUS[Status.INVALID_ARG] == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_the_native_core_serves_unless_an_option_needs_grpc_aio() -> None:
+    assert choose_core(GrpcOptions()) == ("native", "pygrpc-native: HTTP/2 and per-call work outside the GIL")
+    assert choose_core(GrpcOptions(core="aio"))[0] == "aio"
+    core, why = choose_core(GrpcOptions(use_ssl=True, infer_response_compression_level="low"))
+    assert core == "aio" and why == "grpc.aio, since the native core lacks TLS, response compression"
+    assert choose_core(GrpcOptions(max_connection_age_ms=10))[0] == "aio"
+    with pytest.raises(Unavailable, match="--grpc-core=native cannot serve this endpoint: it needs TLS"):
+        choose_core(GrpcOptions(core="native", use_ssl=True))
+
+
+def test_without_the_native_package_grpc_aio_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "pygrpc_native" else real_find_spec(name, *a),
+    )
+    core, why = choose_core(GrpcOptions())
+    assert core == "aio" and "pip install 'nereid[grpc]'" in why
