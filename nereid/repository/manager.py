@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nereid.engine_client import ModelServices
 from nereid.errors import InvalidArgument, NotFound, Unavailable
 from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members
 from nereid.repository.loader import LoadResult, load_model
@@ -77,7 +78,10 @@ class ModelManager:
         self._polled: dict[str, str] = {}  # poll mode: the folder fingerprint last acted on
         self._stopping = threading.Event()
         self._poller: threading.Thread | None = None
-        # Ensembles reach their composing models through this; the engine binds its `infer`.
+        # What model code calls back into (ensemble steps, BLS), given to `start`; None: nothing (models
+        # load, but ensembles and BLS calls fail).
+        self._server: ModelServices | None = None
+        # Ensembles reach their composing models through this.
         self.members = EnsembleMembers(self.get)
         self._ensembles: dict[str, frozenset[str]] = {}  # ensemble -> the models its steps call
         self._cascaded: set[str] = set()  # ensembles unloaded because a composing model was
@@ -88,8 +92,12 @@ class ModelManager:
         return self._settings.model_control_mode
 
     # start-up and shutdown
-    def start(self) -> None:
-        """Load what the control mode loads at start-up; in poll mode, start watching the repositories."""
+    def start(self, server: ModelServices | None = None) -> None:
+        """Load what the control mode loads at start-up; in poll mode, start watching the repositories.
+        `server` (the engine) is what the models loaded now and later call back into: ensembles run their
+        steps as its requests, Python models send it their BLS requests."""
+        self._server = server
+        self.members = EnsembleMembers(self.get, server)
         for root in self._settings.model_repositories:
             if not root.is_dir():
                 raise NotFound(f"model repository '{root}' does not exist or is not a folder")
@@ -124,11 +132,13 @@ class ModelManager:
         plain, ensembles = order_for_loading(sources, self._settings)
         workers = max(1, self._settings.model_load_thread_count)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="model-load") as pool:
-            results = list(pool.map(lambda s: (s, load_model(s, self._settings)), plain))
+            results = list(pool.map(lambda s: (s, load_model(s, self._settings, server=self._server)), plain))
         for source, result in results:
             self._register_loaded(source, result)
         for source in ensembles:
-            self._register_loaded(source, load_model(source, self._settings, members=self.members))
+            self._register_loaded(
+                source, load_model(source, self._settings, members=self.members, server=self._server)
+            )
 
     def _register_loaded(self, source: ModelSource, result: LoadResult) -> None:
         _log_failures(result)
@@ -180,7 +190,7 @@ class ModelManager:
             reusable = current.versions if current is not None and current.uploaded == uploaded else None
             self._transitions[name] = ModelState.LOADING
             try:
-                result = load_model(source, self._settings, config, reusable, self.members)
+                result = load_model(source, self._settings, config, reusable, self.members, self._server)
             except BaseException:
                 if uploaded is not None:
                     remove_model_folder(uploaded)
