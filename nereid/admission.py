@@ -27,77 +27,120 @@ from nereid.types import InferRequest, InferTensor, RequestedOutput
 
 
 class Admission:
-    """One checked request to one model version, in flight until `release`; build it with `admit`."""
+    """One checked request to one model version, in flight from construction until it is released: by
+    `finish` or `failed` (unary requests, after the scheduler's `execute`), or by `release` (streamed ones).
 
-    __slots__ = ("model", "request", "start", "wanted", "backend", "timing", "_regions", "_shared_memory")
+    Construction counts the request in flight and checks it (releasing it again when a check fails). A
+    streamed request (`stream` given) cannot use shared memory; `shared_memory` is the registry that a
+    unary request's regions are looked up in."""
+
+    __slots__ = (
+        "model",
+        "request",
+        "start",
+        "queued",
+        "wanted",
+        "backend",
+        "timing",
+        "_regions",
+        "_shared_memory",
+    )
 
     def __init__(
         self,
         model: ModelVersion,
         request: InferRequest,
-        start: int,
-        shared_memory: SharedMemoryRegistry | None,
-        stream: ResponseStream | None,
+        shared_memory: SharedMemoryRegistry | None = None,
+        stream: ResponseStream | None = None,
     ) -> None:
+        self.start = time.perf_counter_ns()
         self.model = model
         self.request = request
-        self.start = start
         self.timing = RequestTiming()
         self._shared_memory = shared_memory
-        if shared_memory is not None:
-            for tensor in request.inputs:
-                if tensor.shared_memory is not None:
-                    _read_shared_memory_inputs(shared_memory, model, request)
-                    break
-        inputs = backend_inputs(model, request)
-        self.wanted = wanted = requested_outputs(model, request)
         self._regions: dict[str, SharedMemoryRef] | None = None
-        if request.outputs and shared_memory is not None:
-            regions = {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
-            if regions:
-                check_outputs_fit(shared_memory, regions)
-                self._regions = regions
-        self.backend = backend = backend_request(request, inputs, wanted)
-        backend.stream = stream
+        model.inflight += 1
+        try:
+            if stream is not None:
+                if any(t.shared_memory is not None for t in request.inputs) or any(
+                    o.shared_memory is not None for o in request.outputs or ()
+                ):
+                    raise InvalidArgument(
+                        f"model '{model.name}' is decoupled: its inputs and outputs cannot be in shared memory"
+                    )
+            elif shared_memory is not None:
+                for tensor in request.inputs:
+                    if tensor.shared_memory is not None:
+                        _read_shared_memory_inputs(shared_memory, model, request)
+                        break
+            inputs = backend_inputs(model, request)
+            self.wanted = wanted = requested_outputs(model, request)
+            if request.outputs and shared_memory is not None:
+                regions = {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
+                if regions:
+                    check_outputs_fit(shared_memory, regions)
+                    self._regions = regions
+            self.backend = backend = backend_request(request, inputs, wanted)
+            backend.stream = stream
+            self.queued = time.perf_counter_ns()
+        except BaseException:
+            model.request_done()  # refused: it never reaches the model
+            raise
 
-    async def run(self) -> list[InferTensor]:
-        """Execute a unary request through the model's scheduler and record it: its outputs."""
+    def failed(self, exc: BaseException) -> None:
+        """The scheduler raised for a unary request: record why, and release it."""
         model = self.model
+        if not isinstance(exc, QueueFull):  # refused before it was queued: Triton counts it nowhere
+            model.statistics.record_failure(time.perf_counter_ns() - self.start, _failure_reason(exc))
+        model.request_done()
+
+    def finish(self, results: Outputs) -> list[InferTensor]:
+        """The scheduler answered a unary request: its response tensors; record it, and release it."""
+        executed = time.perf_counter_ns()
+        model = self.model
+        try:
+            # A model may leave out a requested output (Python models can): Triton omits it too.
+            outputs = [_output_tensor(model, o, results[o.name]) for o in self.wanted if o.name in results]
+            if self._regions:
+                self._write_regions(outputs)
+        except BaseException as exc:
+            self.failed(exc)
+            raise
         start = self.start
         timing = self.timing
-        queued = time.perf_counter_ns()
-        try:
-            results = await model.scheduler.execute(self.backend, timing)
-            executed = time.perf_counter_ns()
-            outputs = self.outputs(results)
-        except QueueFull:
-            raise  # refused before it was queued: Triton counts it nowhere
-        except BaseException as exc:
-            model.statistics.record_failure(time.perf_counter_ns() - start, _failure_reason(exc))
-            raise
         end = time.perf_counter_ns()
         if timing.batched:  # the batcher recorded the execution it shared with other requests
-            model.statistics.record_batched_request(end - start, timing, queued - start, end - executed)
+            model.statistics.record_batched_request(end - start, timing, self.queued - start, end - executed)
         else:  # an execution of its own
             model.statistics.record_request(
-                inputs_batch_size(model, self.request), end - start, timing, queued - start, end - executed
+                inputs_batch_size(model, self.request),
+                end - start,
+                timing,
+                self.queued - start,
+                end - executed,
             )
+        model.request_done()
         return outputs
 
     def outputs(self, results: Outputs) -> list[InferTensor]:
         """The response tensors of one result, written into the client's shared memory where it asked."""
         model = self.model
-        # A model may leave out a requested output (Python models can): Triton omits it too.
         outputs = [_output_tensor(model, o, results[o.name]) for o in self.wanted if o.name in results]
-        regions = self._regions
-        if regions and self._shared_memory is not None:
-            for tensor in outputs:
-                if tensor.name in regions:
-                    tensor.shared_memory = regions[tensor.name]
-                    self._shared_memory.write(
-                        tensor.shared_memory, tensor.name, tensor_to_bytes(tensor.data, tensor.datatype)
-                    )
+        if self._regions:
+            self._write_regions(outputs)
         return outputs
+
+    def _write_regions(self, outputs: list[InferTensor]) -> None:
+        regions = self._regions
+        registry = self._shared_memory
+        if regions is None or registry is None:
+            return
+        for tensor in outputs:
+            if tensor.name in regions:
+                tensor.shared_memory = regions[tensor.name]
+                registry.write(
+                    tensor.shared_memory, tensor.name, tensor_to_bytes(tensor.data, tensor.datatype)
+                )
 
     def record_streamed(self) -> None:
         """A streamed request ended with its final response (queue and output times are not measured)."""
@@ -115,31 +158,6 @@ class Admission:
     def release(self) -> None:
         """The request is answered: the version may retire once none is left in flight."""
         self.model.request_done()
-
-
-def admit(
-    model: ModelVersion,
-    request: InferRequest,
-    shared_memory: SharedMemoryRegistry | None = None,
-    stream: ResponseStream | None = None,
-) -> Admission:
-    """Count the request in flight of `model` and check it; the caller must `release` the admission.
-    A streamed request (`stream` given) cannot use shared memory; `shared_memory` is the registry that
-    unary requests' regions are looked up in."""
-    start = time.perf_counter_ns()
-    model.inflight += 1
-    try:
-        if stream is not None and (
-            any(t.shared_memory is not None for t in request.inputs)
-            or any(o.shared_memory is not None for o in request.outputs or ())
-        ):
-            raise InvalidArgument(
-                f"model '{model.name}' is decoupled: its inputs and outputs cannot be in shared memory"
-            )
-        return Admission(model, request, start, shared_memory, stream)
-    except BaseException:
-        model.request_done()
-        raise
 
 
 def _failure_reason(exc: BaseException) -> str:

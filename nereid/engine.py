@@ -10,7 +10,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid import TRITON_PROTOCOL_VERSION
-from nereid.admission import admit
+from nereid.admission import Admission
 from nereid.engine_client import (
     CudaSharedMemoryRegion,
     ModelMetadata,
@@ -96,11 +96,13 @@ class Engine:
         model = self.models.get(request.model_name, request.model_version)
         if model.decoupled:
             raise DecoupledModel()
-        admission = admit(model, request, self.shared_memory)
+        admission = Admission(model, request, self.shared_memory)  # counted in flight, checked
         try:
-            outputs = await admission.run()
-        finally:
-            admission.release()
+            results = await model.scheduler.execute(admission.backend, admission.timing)
+        except BaseException as exc:
+            admission.failed(exc)
+            raise
+        outputs = admission.finish(results)
         if model.ensemble:  # Triton echoes the sequence controls in an ensemble's response
             return InferResponse(
                 model.name, model.version_text, outputs, request.id, request.sequence_parameters()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 
-from nereid.admission import admit
+from nereid.admission import Admission
 from nereid.backends.base import Outputs
 from nereid.backends.responses import ResponseStream
 from nereid.errors import DecoupledModel as DecoupledModel  # re-exported: its home was here
@@ -27,7 +27,7 @@ from nereid.types import StreamEvent as StreamEvent  # re-exported: its home was
 async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
     """The responses of a decoupled `model` to `request`."""
     stream = ResponseStream()
-    admission = admit(model, request, stream=stream)
+    admission = Admission(model, request, stream=stream)
     try:
         execution = asyncio.ensure_future(model.scheduler.execute(admission.backend, admission.timing))
         execution.add_done_callback(lambda done: _executed(done, stream))
