@@ -1,7 +1,7 @@
 """The one way an inference request, unary or streamed, goes through a model version.
 
-An `Admission` counts the request in flight from the moment it is admitted until `release` (so that a
-reload or unload retires the version only once its requests are answered), checks it against the
+An `Admission` counts the request in flight from the moment it is admitted until it is released (so that
+a reload or unload retires the version only once its requests are answered), checks it against the
 model's config, builds the request the backend sees, shapes the outputs, and records the request in the
 model's statistics once. Requests refused by the checks never reach the model and, as in Triton, count
 in no statistic. A response cache or tracing hooks in here, once, for every frontend.
