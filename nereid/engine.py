@@ -1,34 +1,31 @@
-"""The protocol-neutral core: every frontend calls these methods and nothing below them."""
+"""The protocol-neutral core: every frontend calls these methods (the EngineClient protocol) and nothing
+below them."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from typing import Any
 
-import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid import TRITON_PROTOCOL_VERSION
-from nereid.backends import services
-from nereid.classification import classify
-from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
-from nereid.errors import QueueFull, QueueTimeout, Unavailable
-from nereid.repository import ModelManager, ModelVersion
-from nereid.request_checks import (
-    backend_inputs,
-    backend_request,
-    inputs_batch_size,
-    request_prefix,
-    requested_outputs,
+from nereid.admission import Admission
+from nereid.engine_client import (
+    CudaSharedMemoryRegion,
+    ModelMetadata,
+    ModelMetrics,
+    RepositoryIndexEntry,
+    ServerMetadata,
+    SystemSharedMemoryRegion,
+    TensorMetadata,
 )
-from nereid.scheduling.ensemble import sequence_parameters
+from nereid.errors import DecoupledModel, Unavailable
+from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
-from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
-from nereid.statistics import RequestTiming
-from nereid.streaming import DecoupledModel, StreamEvent, infer_stream
-from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from nereid.shared_memory import SharedMemoryRegistry
+from nereid.streaming import stream_decoupled
+from nereid.types import InferRequest, InferResponse, StreamEvent
 
 # Extensions this server implements, named as Triton names them in server metadata.
 EXTENSIONS = (
@@ -49,9 +46,7 @@ class Engine:
         self._settings = settings
         self.models = models
         self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
-        models.members.infer = self.infer  # ensembles run their steps as requests of this engine
         self._live = True
-        services.provide(self)  # for model code that calls back into the server (BLS)
 
     # health and metadata
     def is_live(self) -> bool:
@@ -62,15 +57,23 @@ class Engine:
             return False
         return self.models.all_ready() if self._settings.strict_readiness else True
 
-    def server_metadata(self) -> dict[str, Any]:
-        return {
-            "name": self._settings.server_id,
-            "version": TRITON_PROTOCOL_VERSION,
-            "extensions": list(EXTENSIONS),
-        }
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(self._settings.server_id, TRITON_PROTOCOL_VERSION, EXTENSIONS)
 
-    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
-        return self.models.get(name, version).metadata
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        model = self.models.get(name, version)
+        metadata = model.metadata
+        return ModelMetadata(
+            metadata["name"],
+            tuple(metadata["versions"]),
+            metadata["platform"],
+            tuple(TensorMetadata(t["name"], t["datatype"], tuple(t["shape"])) for t in metadata["inputs"]),
+            tuple(TensorMetadata(t["name"], t["datatype"], tuple(t["shape"])) for t in metadata["outputs"]),
+            model.max_batch_size,
+        )
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        return self.models.get(name, version).decoupled
 
     async def model_ready(self, name: str, version: str = "") -> bool:
         """Loaded, able to serve, and ready by the model's own check where it has one (Python `is_ready`)."""
@@ -85,60 +88,39 @@ class Engine:
         """The completed `ModelConfig` message itself, as the gRPC frontend sends it."""
         return self.models.get(name, version).config
 
-    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        return self.models.index(ready_only)
+    def repository_index(self, ready_only: bool = False) -> list[RepositoryIndexEntry]:
+        return [RepositoryIndexEntry(**row) for row in self.models.index(ready_only)]
 
     # inference
     async def infer(self, request: InferRequest) -> InferResponse:
-        start = time.perf_counter_ns()
         model = self.models.get(request.model_name, request.model_version)
         if model.decoupled:
             raise DecoupledModel()
-        # Counted so that a reload or unload retires this version only once its requests are answered.
-        model.inflight += 1
+        admission = Admission(model, request, self.shared_memory)  # counted in flight, checked
         try:
-            for tensor in request.inputs:
-                if tensor.shared_memory is not None:
-                    self._read_shared_memory_inputs(model, request)
-                    break
-            inputs = backend_inputs(model, request)
-            wanted = requested_outputs(model, request)
-            in_regions = _output_regions(wanted) if request.outputs else None
-            if in_regions:
-                check_outputs_fit(self.shared_memory, in_regions)
-            # Requests refused above never reach the model and, as in Triton, count in no statistic.
-            timing = RequestTiming()
-            queued = time.perf_counter_ns()
-            try:
-                results = await model.scheduler.execute(backend_request(request, inputs, wanted), timing)
-                executed = time.perf_counter_ns()
-                # A model may leave out a requested output (Python models can): Triton omits it too.
-                outputs = [_output_tensor(model, o, results[o.name]) for o in wanted if o.name in results]
-                if in_regions:
-                    self._write_shared_memory_outputs(outputs, in_regions)
-            except QueueFull:
-                raise  # refused before it was queued: Triton counts it nowhere
-            except BaseException as exc:
-                model.statistics.record_failure(time.perf_counter_ns() - start, _failure_reason(exc))
-                raise
-            end = time.perf_counter_ns()
-            if timing.batched:  # the batcher recorded the execution it shared with other requests
-                model.statistics.record_batched_request(end - start, timing, queued - start, end - executed)
-            else:  # an execution of its own
-                model.statistics.record_request(
-                    inputs_batch_size(model, request), end - start, timing, queued - start, end - executed
-                )
-        finally:
-            model.request_done()
-        if model.ensemble:
+            results = await model.scheduler.execute(admission.backend, admission.timing)
+        except BaseException as exc:
+            admission.failed(exc)
+            raise
+        outputs = admission.finish(results)
+        if model.ensemble:  # Triton echoes the sequence controls in an ensemble's response
             return InferResponse(
-                model.name, model.version_text, outputs, request.id, sequence_parameters(request.parameters)
+                model.name, model.version_text, outputs, request.id, request.sequence_parameters()
             )
         return InferResponse(model.name, model.version_text, outputs, request.id)
 
-    def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
-        """Any number of responses (decoupled models); see nereid.streaming."""
-        return infer_stream(self, request)
+    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
+        """Any number of responses (decoupled models, see nereid.streaming); one, final, for the others."""
+        model = self.models.get(request.model_name, request.model_version)
+        if not model.decoupled:
+            yield StreamEvent(await self.infer(request))
+            return
+        events = stream_decoupled(model, request)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()  # at once, when the consumer stops early: the model sees the cancellation
 
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """The statistics extension's answer: every loaded version, or the one (or ones) asked for."""
@@ -150,23 +132,37 @@ class Engine:
             models = self.models.loaded(name)
         return {"model_stats": [m.statistics.to_json(m.name, m.version_text) for m in models]}
 
-    def _write_shared_memory_outputs(
-        self, outputs: list[InferTensor], regions: dict[str, SharedMemoryRef]
-    ) -> None:
-        for tensor in outputs:
-            if tensor.name in regions:
-                tensor.shared_memory = regions[tensor.name]
-                self.shared_memory.write(
-                    tensor.shared_memory, tensor.name, tensor_to_bytes(tensor.data, tensor.datatype)
-                )
+    def model_metrics(self) -> list[ModelMetrics]:
+        return [
+            ModelMetrics(
+                m.name,
+                m.version_text,
+                dict(m.config.metric_tags),
+                m.max_batch_size,
+                m.scheduler.pending(),
+                m.statistics,
+            )
+            for m in self.models.loaded()
+        ]
 
-    def _read_shared_memory_inputs(self, model: ModelVersion, request: InferRequest) -> None:
-        for tensor in request.inputs:
-            if tensor.shared_memory is not None:
-                view = self.shared_memory.view(tensor.shared_memory)
-                tensor.data = tensor_from_bytes(
-                    view, tensor.datatype, tensor.shape, tensor.name, model.name, request_prefix(request.id)
-                )
+    # shared memory registry
+    def system_shared_memory_status(self, name: str | None = None) -> list[SystemSharedMemoryRegion]:
+        return [SystemSharedMemoryRegion(**region) for region in self.shared_memory.system_status(name)]
+
+    def register_system_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shared_memory.register_system(name, key, offset, byte_size)
+
+    def unregister_system_shared_memory(self, name: str | None = None) -> None:
+        self.shared_memory.unregister_system(name)
+
+    def cuda_shared_memory_status(self, name: str | None = None) -> list[CudaSharedMemoryRegion]:
+        return [CudaSharedMemoryRegion(**region) for region in self.shared_memory.cuda_status(name)]
+
+    def register_cuda_shared_memory(self, name: str, raw_handle: str, device_id: int, byte_size: int) -> None:
+        self.shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
+
+    def unregister_cuda_shared_memory(self, name: str | None = None) -> None:
+        self.shared_memory.unregister_cuda(name)
 
     # model control
     async def load_model(
@@ -190,26 +186,3 @@ class Engine:
         self._live = False
         self.models.stop()
         self.shared_memory.close()
-
-
-def _failure_reason(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.CancelledError):
-        return "CANCELED"
-    return "REJECTED" if isinstance(exc, QueueTimeout) else "BACKEND"
-
-
-def _output_regions(wanted: Sequence[RequestedOutput]) -> dict[str, SharedMemoryRef]:
-    return {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
-
-
-def _output_tensor(model: ModelVersion, requested: RequestedOutput, array: np.ndarray) -> InferTensor:
-    spec = model.outputs[requested.name]
-    if spec.backend_dims is not None:
-        array = array.reshape(((array.shape[0],) if model.max_batch_size > 0 else ()) + spec.dims)
-    if requested.class_count > 0:
-        array = classify(array, requested.class_count, spec.labels, model.max_batch_size > 0, requested.name)
-        return InferTensor(requested.name, "BYTES", array.shape, array)
-    if array.dtype != spec.numpy_dtype:
-        # Triton answers with the data type the model produced, whatever the configuration says.
-        return InferTensor(requested.name, wire_datatype(array.dtype), array.shape, array)
-    return InferTensor(requested.name, spec.datatype, array.shape, array)

@@ -54,6 +54,13 @@ class Unsupported(NereidError):
     status = Status.UNSUPPORTED
 
 
+class DecoupledModel(Unsupported):
+    """A decoupled model asked for exactly one response; frontends answer with Triton's text for it."""
+
+    def __init__(self, endpoint: str = "this endpoint") -> None:
+        super().__init__(f"{endpoint} doesn't support models with decoupled transaction policy")
+
+
 class AlreadyExists(NereidError):
     status = Status.ALREADY_EXISTS
 

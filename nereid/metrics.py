@@ -13,9 +13,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from nereid.engine import Engine
+from nereid.engine_client import EngineClient, ModelMetrics
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
-from nereid.repository.model import ModelVersion
 from nereid.settings import MetricsConfig
 from nereid.statistics import FAILURE_REASONS, QUEUE_DELAY_BUCKETS_US
 
@@ -77,7 +76,7 @@ _COUNTERS = (
 )
 
 
-def _counter_values(model: ModelVersion) -> dict[str, float]:
+def _counter_values(model: ModelMetrics) -> dict[str, float]:
     s = model.statistics
     return {
         "nv_inference_request_success": s.success.count,
@@ -143,7 +142,9 @@ _SUMMARIES = (
 
 
 class MetricsExporter:
-    def __init__(self, engine: Engine, cpu_metrics: bool = True, config: MetricsConfig | None = None) -> None:
+    def __init__(
+        self, engine: EngineClient, cpu_metrics: bool = True, config: MetricsConfig | None = None
+    ) -> None:
         self._engine = engine
         self._cpu = CpuSampler() if cpu_metrics else None
         self._config = config or MetricsConfig()
@@ -157,7 +158,7 @@ class MetricsExporter:
             await asyncio.sleep(interval_s)
 
     def families(self) -> list[Family]:
-        models = self._engine.models.loaded()
+        models = self._engine.model_metrics()
         counters = _COUNTERS if self._config.counter_latencies else _COUNTERS[:3]
         families = [Family(name, text, "counter") for name, text in counters[:1]]
         failure = Family(
@@ -178,14 +179,14 @@ class MetricsExporter:
                     by_name[name].samples.append((labels, value))
             for reason in FAILURE_REASONS:
                 failure.samples.append(({**labels, "reason": reason}, model.statistics.failures[reason]))
-            pending.samples.append((labels, model.scheduler.pending()))
+            pending.samples.append((labels, model.pending))
         families.append(pending)
         families += self._cpu_families()
         families += self._summary_families(models)
         families += _batching_families(models)
         return families
 
-    def _summary_families(self, models: list[ModelVersion]) -> list[Family]:
+    def _summary_families(self, models: list[ModelMetrics]) -> list[Family]:
         if not self._config.summary_latencies:
             return []
         quantiles = self._config.summary_quantiles
@@ -233,7 +234,7 @@ class MetricsExporter:
         return ("\n".join(f.render() for f in self.families()) + "\n").encode()
 
 
-def _batching_families(models: list[ModelVersion]) -> list[Family]:
+def _batching_families(models: list[ModelMetrics]) -> list[Family]:
     """Nereid's own histograms, which show why batches are small: how large each execution was, and how
     long requests waited in the queue for one (see docs/batching.md)."""
     sizes = Family(
@@ -283,9 +284,9 @@ def _buckets(
     return rows
 
 
-def _labels(model: ModelVersion) -> Labels:
+def _labels(model: ModelMetrics) -> Labels:
     # a model's `metric_tags` become extra labels, as in Triton
-    return {**dict(model.config.metric_tags), "model": model.name, "version": model.version_text}
+    return {**model.tags, "model": model.name, "version": model.version}
 
 
 async def handle_metrics(exporter: MetricsExporter, request: HttpRequest) -> HttpResponse:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest
+from nereid.backends.base import BackendRequest
 from nereid.errors import InvalidArgument, request_prefix
 from nereid.repository.model import ModelVersion
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -20,12 +20,6 @@ _BATCH_NOTE = (
     "prepended to each input shape. If you want to specify the full shape including the batch dim in your "
     "input dims config, try setting max_batch_size to zero. See the model configuration docs for more info "
     "on max_batch_size."
-)
-
-
-# Request parameters the server acts on itself; backends see the others (Triton passes them on likewise).
-RESERVED_PARAMETERS = frozenset(
-    ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
 )
 
 
@@ -147,24 +141,17 @@ def inputs_batch_size(model: ModelVersion, request: InferRequest) -> int:
 def backend_request(
     request: InferRequest, inputs: dict[str, np.ndarray], wanted: Sequence[RequestedOutput]
 ) -> BackendRequest:
-    """The request as backends see it: checked inputs, output names, and the sequence parameters decoded."""
-    outputs = tuple(o.name for o in wanted)
+    """The request as backends see it: checked inputs, output names, and its controls (decoded by the codecs)."""
     parameters = request.parameters
-    if not parameters:
-        return BackendRequest(inputs, outputs, request.id)
-    flags = (SEQUENCE_START if parameters.get("sequence_start") is True else 0) | (
-        SEQUENCE_END if parameters.get("sequence_end") is True else 0
-    )
-    correlation_id = parameters.get("sequence_id", 0)
-    timeout = parameters.get("timeout", 0)
-    priority = parameters.get("priority", 0)
+    if "binary_data_output" in parameters:  # the HTTP frontend's, not the model's
+        parameters = {k: v for k, v in parameters.items() if k != "binary_data_output"}
     return BackendRequest(
         inputs,
-        outputs,
+        tuple(o.name for o in wanted),
         request.id,
-        {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS},
-        correlation_id if isinstance(correlation_id, (int, str)) else 0,
-        flags,
-        timeout if isinstance(timeout, int) else 0,
-        priority if isinstance(priority, int) else 0,
+        parameters,
+        request.sequence_id,
+        request.flags,
+        request.timeout_us,
+        request.priority,
     )

@@ -25,8 +25,9 @@ log = logging.getLogger("nereid")
 
 def build_engine(settings: ServerSettings) -> Engine:
     models = ModelManager(settings)
-    models.start()
-    return Engine(settings, models)
+    engine = Engine(settings, models)
+    models.start(engine)  # model code (ensemble steps, BLS) calls back into the engine
+    return engine
 
 
 def model_table(engine: Engine) -> str:

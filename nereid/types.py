@@ -7,9 +7,14 @@ from typing import Any
 
 import numpy as np
 
+from nereid.errors import NereidError
 from nereid.shared_memory import SharedMemoryRef
 
 Parameters = dict[str, Any]
+
+# Triton's request flags (TRITONSERVER_REQUEST_FLAG_*), as `InferRequest.flags` and backends carry them.
+SEQUENCE_START = 1
+SEQUENCE_END = 2
 
 
 # Not frozen: these are built several times per request, and a frozen dataclass's __init__ costs
@@ -44,7 +49,21 @@ class InferRequest:
     inputs: list[InferTensor]
     outputs: list[RequestedOutput] | None = None  # None: all outputs
     id: str = ""
-    parameters: Parameters = field(default_factory=dict)
+    parameters: Parameters = field(default_factory=dict)  # without the request controls below
+    # Request controls, decoded and checked once by each frontend's codec (Triton's reserved parameters
+    # `sequence_id`, `sequence_start`, `sequence_end`, `priority` and `timeout`).
+    sequence_id: int | str = 0  # the sequence's correlation id; 0 (or ""): none
+    flags: int = 0  # SEQUENCE_START | SEQUENCE_END
+    priority: int = 0  # 0: the model's default priority level
+    timeout_us: int = 0  # 0: none
+
+    def sequence_parameters(self) -> Parameters:
+        """The sequence controls as Triton echoes them in an ensemble's response, defaults filled in."""
+        return {
+            "sequence_id": self.sequence_id,
+            "sequence_start": bool(self.flags & SEQUENCE_START),
+            "sequence_end": bool(self.flags & SEQUENCE_END),
+        }
 
 
 @dataclass(slots=True)
@@ -54,3 +73,13 @@ class InferResponse:
     outputs: list[InferTensor]
     id: str = ""
     parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class StreamEvent:
+    """One event of a streamed request: a response, an error (the stream goes on), and whether it is the
+    last; `response` None with `final` and no error is the final flag alone."""
+
+    response: InferResponse | None
+    error: NereidError | None = None
+    final: bool = True

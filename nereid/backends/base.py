@@ -11,19 +11,18 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.errors import NereidError
+from nereid.types import SEQUENCE_END as SEQUENCE_END  # re-exported: backends and schedulers read them here
+from nereid.types import SEQUENCE_START as SEQUENCE_START
 
 if TYPE_CHECKING:
     from nereid.backends.responses import ResponseStream
+    from nereid.engine_client import ModelServices
 
 Outputs = dict[str, np.ndarray]
 # What an instance returns for one request: its outputs, or the error that fails that request alone.
 BackendResult = Outputs | NereidError
 # How an AsyncModelInstance reports an execution: one result per request, or what failed them all.
 ExecutionDone = Callable[[list[BackendResult] | BaseException], None]
-
-# Triton's request flags (TRITONSERVER_REQUEST_FLAG_*).
-SEQUENCE_START = 1
-SEQUENCE_END = 2
 
 
 @dataclass(frozen=True)
@@ -40,6 +39,7 @@ class InstanceSpec:
     kind: str  # "CPU", "GPU" or "MODEL"
     device_id: int
     backend_config: Mapping[str, str] = field(default_factory=dict)  # --backend-config for this backend
+    server: ModelServices | None = None  # what model code calls back into (BLS); None: no server runs
 
 
 # Not frozen: one is built per request, and a frozen dataclass's __init__ costs several times as much.
@@ -52,10 +52,10 @@ class BackendRequest:
     outputs: tuple[str, ...]  # requested output names
     id: str = ""
     parameters: Mapping[str, Any] = field(default_factory=dict)  # without the reserved ones below
-    correlation_id: int | str = 0  # the `sequence_id` parameter
+    correlation_id: int | str = 0  # InferRequest.sequence_id
     flags: int = 0  # SEQUENCE_START | SEQUENCE_END
-    timeout_us: int = 0  # the `timeout` parameter; 0: none
-    priority: int = 0  # the `priority` parameter; 0: the model's default level
+    timeout_us: int = 0  # 0: none
+    priority: int = 0  # 0: the model's default level
     stream: ResponseStream | None = None  # a decoupled model's responses go there, not to the result
 
 

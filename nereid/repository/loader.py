@@ -12,6 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends import BACKEND_PLATFORMS, InstanceSpec, backend_name, get_backend
 from nereid.backends.base import AsyncModelInstance, Backend, ModelInstance
+from nereid.engine_client import ModelServices
 from nereid.errors import ModelConfigError, NereidError, Unavailable
 from nereid.model_config import ConfigSource, config_from_json, config_to_json, read_config, validate_config
 from nereid.model_config.ensemble import is_ensemble
@@ -46,10 +47,12 @@ def load_model(
     serving: Mapping[int, ModelVersion] | None = None,
     members: EnsembleMembers | None = None,
     limiter: RateLimiter | None = None,
+    server: ModelServices | None = None,
 ) -> LoadResult:
     """Load the versions the policy selects. `config_override` is a JSON ModelConfig that replaces
     config.pbtxt; a version in `serving` whose config, files and labels are unchanged is kept as is.
-    Ensembles load only given `members`, the composing models they are checked against and call."""
+    Ensembles load only given `members`, the composing models they are checked against and call.
+    `server` is what the instances' model code calls back into (BLS)."""
     result = LoadResult(source.name, {}, {})
     if source.duplicate_of is not None:
         result.failures[None] = (
@@ -82,7 +85,17 @@ def load_model(
             continue
         try:
             result.versions[version] = _load_version(
-                source, config, config_json, backend, folders, version, labels, fingerprint, settings, limiter
+                source,
+                config,
+                config_json,
+                backend,
+                folders,
+                version,
+                labels,
+                fingerprint,
+                settings,
+                limiter,
+                server,
             )
         except NereidError as exc:
             result.failures[version] = exc.message
@@ -206,6 +219,7 @@ def _load_version(
     fingerprint: str,
     settings: ServerSettings,
     limiter: RateLimiter | None,
+    server: ModelServices | None = None,
 ) -> ModelVersion:
     version_dir = folders[version]
     model_file = version_dir / config.default_model_filename
@@ -238,6 +252,7 @@ def _load_version(
                         kind=kind,
                         device_id=device_id,
                         backend_config=backend_config,
+                        server=server,
                     )
                     instances.append(backend.create_instance(spec))
                     claims.append(Claim.for_group(f"{source.name}:{spec.instance_name}", group, device_id))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from nereid.engine_client import ModelServices
 from nereid.errors import InvalidArgument, NereidError, NotFound, Unavailable
 from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members
 from nereid.repository.loader import LoadResult, load_model
@@ -83,7 +84,10 @@ class ModelManager:
         self._polled: dict[str, str] = {}  # poll mode: the folder fingerprint last acted on
         self._stopping = threading.Event()
         self._poller: threading.Thread | None = None
-        # Ensembles reach their composing models through this; the engine binds its `infer`.
+        # What model code calls back into (ensemble steps, BLS), given to `start`; None: nothing (models
+        # load, but ensembles and BLS calls fail).
+        self._server: ModelServices | None = None
+        # Ensembles reach their composing models through this.
         self.members = EnsembleMembers(self.get)
         self._ensembles: dict[str, frozenset[str]] = {}  # ensemble -> the models its steps call
         self._cascaded: set[str] = set()  # ensembles unloaded because a composing model was
@@ -96,8 +100,12 @@ class ModelManager:
         return self._settings.model_control_mode
 
     # start-up and shutdown
-    def start(self) -> None:
-        """Load what the control mode loads at start-up; in poll mode, start watching the repositories."""
+    def start(self, server: ModelServices | None = None) -> None:
+        """Load what the control mode loads at start-up; in poll mode, start watching the repositories.
+        `server` (the engine) is what the models loaded now and later call back into: ensembles run their
+        steps as its requests, Python models send it their BLS requests."""
+        self._server = server
+        self.members = EnsembleMembers(self.get, server)
         for root in self._settings.model_repositories:
             if not root.is_dir():
                 raise NotFound(f"model repository '{root}' does not exist or is not a folder")
@@ -157,7 +165,9 @@ class ModelManager:
         serving: dict[int, ModelVersion] | None = None,
         members: EnsembleMembers | None = None,
     ) -> LoadResult:
-        result = load_model(source, self._settings, config, serving, members, self._limiter)
+        result = load_model(
+            source, self._settings, config, serving, members, limiter=self._limiter, server=self._server
+        )
         for mirror in self._mirrors:  # reasons name the model's place in the bucket, not the local copy
             remote = mirror.remote_path(source.path)
             if remote is not None:

@@ -11,32 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest, Outputs
+from nereid.backends.base import BackendRequest, Outputs
 from nereid.datatypes import wire_datatype
 from nereid.errors import InternalError, NereidError
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 if TYPE_CHECKING:
+    from nereid.engine_client import ModelServices
     from nereid.repository.model import ModelVersion
 
-MemberInfer = Callable[[InferRequest], Awaitable[InferResponse]]
 
-
-@dataclass
+@dataclass(frozen=True)
 class EnsembleMembers:
     """How ensembles reach their composing models: `lookup` (the model manager's) finds a loaded
-    version, `infer` (the engine's) runs a request. The engine binds `infer` when it is built."""
+    version, `server` (the engine, given to the model manager when it starts) runs a request."""
 
     lookup: Callable[[str, str], ModelVersion]
-    infer: MemberInfer | None = field(default=None)
+    server: ModelServices | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +67,6 @@ class EnsembleScheduler:
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         start = time.perf_counter_ns()
         tensors: dict[str, np.ndarray] = dict(request.inputs)
-        parameters = _step_parameters(request)
         waiting = list(self._steps)
         running: dict[asyncio.Task[InferResponse], EnsembleStep] = {}
         try:
@@ -76,12 +74,12 @@ class EnsembleScheduler:
                 ready = [s for s in waiting if all(t in tensors for t in s.input_map.values())]
                 if len(ready) == 1 and not running:  # a chain: no task needed to wait for one step
                     waiting.remove(ready[0])
-                    response = await self._run_step(ready[0], tensors, request.id, parameters)
+                    response = await self._run_step(ready[0], tensors, request)
                     _store(ready[0], response, tensors)
                     continue
                 for step in ready:
                     waiting.remove(step)
-                    task = asyncio.ensure_future(self._run_step(step, tensors, request.id, parameters))
+                    task = asyncio.ensure_future(self._run_step(step, tensors, request))
                     running[task] = step
                 if not running:
                     break
@@ -114,20 +112,31 @@ class EnsembleScheduler:
         self,
         step: EnsembleStep,
         tensors: Mapping[str, np.ndarray],
-        request_id: str,
-        parameters: dict[str, Any],
+        request: BackendRequest,
     ) -> InferResponse:
-        infer = self._members.infer
-        if infer is None:
+        server = self._members.server
+        if server is None:
             raise InternalError(f"ensemble '{self._name}' is not connected to an engine")
         inputs = [
             InferTensor(name, wire_datatype(tensors[tensor].dtype), tensors[tensor].shape, tensors[tensor])
             for name, tensor in step.input_map.items()
         ]
         outputs = [RequestedOutput(name) for name in step.output_map]
-        member = InferRequest(step.model_name, step.model_version, inputs, outputs, request_id, parameters)
+        # Each step carries the ensemble request's parameters and controls, its priority included (as Triton).
+        member = InferRequest(
+            step.model_name,
+            step.model_version,
+            inputs,
+            outputs,
+            request.id,
+            dict(request.parameters),
+            request.correlation_id,
+            request.flags,
+            request.priority,
+            request.timeout_us,
+        )
         try:
-            return await infer(member)
+            return await server.infer(member)
         except NereidError as exc:
             # Triton's wording; the status stays the composing model's.
             raise type(exc)(f"in ensemble '{self._name}', {exc.message}") from None
@@ -159,26 +168,3 @@ def _store(step: EnsembleStep, response: InferResponse, tensors: dict[str, np.nd
     for output, tensor in step.output_map.items():
         if output in produced:
             tensors[tensor] = produced[output]
-
-
-def sequence_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    """What an ensemble's response carries: the request's sequence parameters, defaults filled in."""
-    return {
-        "sequence_id": parameters.get("sequence_id", 0),
-        "sequence_start": parameters.get("sequence_start", False) is True,
-        "sequence_end": parameters.get("sequence_end", False) is True,
-    }
-
-
-def _step_parameters(request: BackendRequest) -> dict[str, Any]:
-    """The request's parameters as each step receives them, sequence and timeout ones included."""
-    parameters: dict[str, Any] = dict(request.parameters)
-    if request.correlation_id:
-        parameters["sequence_id"] = request.correlation_id
-    if request.flags & SEQUENCE_START:
-        parameters["sequence_start"] = True
-    if request.flags & SEQUENCE_END:
-        parameters["sequence_end"] = True
-    if request.timeout_us:
-        parameters["timeout"] = request.timeout_us
-    return parameters

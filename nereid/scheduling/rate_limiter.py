@@ -149,13 +149,13 @@ class RateLimiter:
             for name, is_global, count in claim.resources:
                 key = (name, None if is_global else claim.device)
                 self._allocated[key] -= count
-            due = [(key, w) for key, w in self._waiters.items() if not w.scheduled]
+            due = [(owner, w) for owner, w in self._waiters.items() if not w.scheduled]
             due.sort(key=lambda item: min(c.passes for c in item[1].claims))
             for _, waiter in due:
                 waiter.scheduled = True
-        for key, waiter in due:
+        for owner, waiter in due:
             with contextlib.suppress(RuntimeError):  # its loop has closed: nobody waits there any more
-                waiter.loop.call_soon_threadsafe(self._wake, key, waiter)
+                waiter.loop.call_soon_threadsafe(self._wake, owner, waiter)
 
     def _wake(self, key: int, waiter: _Waiter) -> None:
         with self._lock:

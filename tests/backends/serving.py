@@ -31,9 +31,10 @@ def model_dir(root: Path, name: str, config: str | None) -> Path:
 @contextmanager
 def serving(root: Path, **settings: object) -> Iterator[Engine]:
     manager = ModelManager(ServerSettings(model_repositories=(root,), **settings))  # type: ignore[arg-type]
-    manager.load_all()
+    engine = Engine(manager._settings, manager)
     try:
-        yield Engine(manager._settings, manager)
+        manager.start(engine)
+        yield engine
     finally:
         manager.stop()
 

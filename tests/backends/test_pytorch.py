@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nereid.engine import Engine
-from nereid.types import InferRequest, InferTensor
+from nereid.types import SEQUENCE_START, InferRequest, InferTensor
 from tests.backends.serving import (
     execute_together,
     failure,
@@ -234,7 +234,8 @@ def test_sequence_control_inputs_reach_a_torchscript_model(tmp_path: Path) -> No
                 "start_aware",
                 "",
                 [InferTensor("VALUE", "FP32", value.shape, value)],
-                parameters={"sequence_id": 7, "sequence_start": start},
+                sequence_id=7,
+                flags=SEQUENCE_START if start else 0,
             )
             response = await engine.infer(request)
             answers.append(float(response.outputs[0].data[0, 0]))

@@ -9,19 +9,25 @@ import pytest
 
 from nereid.errors import InvalidArgument
 from nereid.frontends.http.codec import decode_infer_request
+from nereid.types import SEQUENCE_START, InferRequest
 
 
-def _decode(parameters: dict[str, Any]) -> dict[str, Any]:
+def _decode(parameters: dict[str, Any]) -> InferRequest:
     body = {
         "inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [1]}],
         "parameters": parameters,
     }
-    return decode_infer_request(orjson.dumps(body), None, "m", "").parameters
+    return decode_infer_request(orjson.dumps(body), None, "m", "")
 
 
 @pytest.mark.parametrize("sequence_id", [1, 2**64 - 1, "user-1", ""])
 def test_uint64_and_string_ids_are_taken(sequence_id: int | str) -> None:
-    assert _decode({"sequence_id": sequence_id, "sequence_start": True})["sequence_id"] == sequence_id
+    request = _decode({"sequence_id": sequence_id, "sequence_start": True, "custom": 1})
+    assert (request.sequence_id, request.flags, request.parameters) == (
+        sequence_id,
+        SEQUENCE_START,
+        {"custom": 1},
+    )
 
 
 @pytest.mark.parametrize("sequence_id", [-3, 1.5, True])

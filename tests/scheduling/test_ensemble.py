@@ -61,7 +61,7 @@ def _scheduler(fake: FakeMembers, steps: list[EnsembleStep]) -> EnsembleSchedule
     def lookup(name: str, version: str) -> Any:
         raise AssertionError("not used")
 
-    return EnsembleScheduler("e", tuple(steps), EnsembleMembers(lookup, fake.infer))
+    return EnsembleScheduler("e", tuple(steps), EnsembleMembers(lookup, fake))  # type: ignore[arg-type]
 
 
 DIAMOND = [
@@ -122,13 +122,16 @@ async def test_cancelling_the_request_cancels_its_steps() -> None:
 
 
 @_sync
-async def test_sequence_parameters_and_custom_ones_reach_every_step() -> None:
+async def test_request_controls_and_custom_parameters_reach_every_step() -> None:
     fake = FakeMembers()
-    request = _request(parameters={"custom": "x"}, correlation_id=9, flags=SEQUENCE_START, timeout_us=500)
+    request = _request(
+        parameters={"custom": "x"}, correlation_id=9, flags=SEQUENCE_START, timeout_us=500, priority=2
+    )
     await _scheduler(fake, DIAMOND).execute(request)
-    assert {str(r.parameters) for r in fake.requests} == {
-        str({"custom": "x", "sequence_id": 9, "sequence_start": True, "timeout": 500})
-    }
+    assert len(fake.requests) == 3
+    for step in fake.requests:
+        assert step.parameters == {"custom": "x"}
+        assert (step.sequence_id, step.flags, step.timeout_us, step.priority) == (9, SEQUENCE_START, 500, 2)
 
 
 @_sync
@@ -136,10 +139,11 @@ async def test_an_output_no_step_produced_is_an_internal_error() -> None:
     fake = FakeMembers()
     steps = [EnsembleStep("left", "", {"IN": "IN"}, {"MISSING": "OUT"})]
 
-    async def leaves_it_out(request: InferRequest) -> InferResponse:
-        return InferResponse(request.model_name, "1", [])
+    class LeavesItOut:
+        async def infer(self, request: InferRequest) -> InferResponse:
+            return InferResponse(request.model_name, "1", [])
 
-    scheduler = EnsembleScheduler("e", tuple(steps), EnsembleMembers(lambda n, v: None, leaves_it_out))  # type: ignore[arg-type,return-value]
+    scheduler = EnsembleScheduler("e", tuple(steps), EnsembleMembers(lambda n, v: None, LeavesItOut()))  # type: ignore[arg-type,return-value]
     with pytest.raises(InternalError, match="no step produced output"):
         await scheduler.execute(_request())
     assert fake.requests == []

@@ -13,23 +13,30 @@ from typing import Any
 
 import orjson
 
-from nereid.backends import services
 from nereid.backends.python.worker import wire
-from nereid.errors import InvalidArgument, NereidError, NotFound, unexpected
-from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from nereid.engine_client import ModelServices
+from nereid.errors import InvalidArgument, NereidError, NotFound, Unavailable, unexpected
+from nereid.types import (
+    SEQUENCE_END,
+    SEQUENCE_START,
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    RequestedOutput,
+)
 
 log = logging.getLogger("nereid.backends.python")
 
 Reply = Callable[[tuple[Any, ...]], None]
 
 
-async def serve_bls(frame: tuple[Any, ...], reply: Reply) -> None:
+async def serve_bls(server: ModelServices | None, frame: tuple[Any, ...], reply: Reply) -> None:
     """Answer one BLS frame with BLS_RESPONSE frames, the last one final."""
     _, call_id, model_name, version, decoupled, raw = frame
     try:
         request = _infer_request(model_name, version, raw)
         answered = False
-        async for event in services.current().infer_stream(request):
+        async for event in _connected(server).infer_stream(request):
             if not decoupled and (answered or not event.final):
                 raise InvalidArgument(
                     f"model '{model_name}' sends many responses (it is decoupled): call exec(decoupled=True)"
@@ -55,19 +62,18 @@ async def serve_bls(frame: tuple[Any, ...], reply: Reply) -> None:
         reply((wire.BLS_RESPONSE, call_id, True, _error(unexpected(exc))))
 
 
-async def serve_control(frame: tuple[Any, ...], reply: Reply) -> None:
+async def serve_control(server: ModelServices | None, frame: tuple[Any, ...], reply: Reply) -> None:
     """load_model, unload_model and is_model_ready, answered with CONTROL_DONE."""
     _, call_id, action, model_name, argument = frame
-    server = services.current()
     try:
         value: Any = None
         if action == "load":
             config, files = argument
-            await server.load_model(model_name, config or None, files or None)
+            await _connected(server).load_model(model_name, config or None, files or None)
         elif action == "unload":
-            await server.unload_model(model_name)
+            await _connected(server).unload_model(model_name)
         elif action == "ready":
-            value = await server.model_ready(model_name, argument)
+            value = await _connected(server).model_ready(model_name, argument)
         else:
             raise InvalidArgument(f"unknown model control action '{action}'")
         reply((wire.CONTROL_DONE, call_id, True, value))
@@ -78,24 +84,29 @@ async def serve_control(frame: tuple[Any, ...], reply: Reply) -> None:
         reply((wire.CONTROL_DONE, call_id, False, unexpected(exc).message))
 
 
+def _connected(server: ModelServices | None) -> ModelServices:
+    if server is None:
+        raise Unavailable("no inference server runs in this process to answer calls from model code")
+    return server
+
+
 def _infer_request(model_name: str, version: int, raw: tuple[Any, ...]) -> InferRequest:
     request_id, correlation_id, flags, parameters_json, timeout_us, output_names, inputs = raw
-    parameters: dict[str, Any] = orjson.loads(parameters_json) if parameters_json else {}
-    if correlation_id:
-        parameters["sequence_id"] = correlation_id
-    if flags & 1:
-        parameters["sequence_start"] = True
-    if flags & 2:
-        parameters["sequence_end"] = True
-    if timeout_us:
-        parameters["timeout"] = timeout_us
     tensors = [
         InferTensor(name, datatype, tuple(shape), wire.inline_array(datatype, shape, data))
         for name, datatype, shape, data in inputs
     ]
     outputs = [RequestedOutput(name) for name in output_names] if output_names else None
     return InferRequest(
-        model_name, "" if version < 0 else str(version), tensors, outputs, request_id, parameters
+        model_name,
+        "" if version < 0 else str(version),
+        tensors,
+        outputs,
+        request_id,
+        orjson.loads(parameters_json) if parameters_json else {},
+        sequence_id=correlation_id,
+        flags=flags & (SEQUENCE_START | SEQUENCE_END),
+        timeout_us=timeout_us,
     )
 
 

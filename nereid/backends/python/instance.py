@@ -79,6 +79,7 @@ class PythonInstance:
         self._name = spec.instance_name
         self._label = f"model '{spec.model_name}' instance '{spec.instance_name}'"
         self._launch = launch
+        self._server = spec.server  # what the model's BLS requests and model control go to
         args = {
             "model_config": config_json,
             "model_instance_kind": spec.kind,
@@ -333,7 +334,7 @@ class PythonInstance:
         elif kind == wire.BLS or kind == wire.CONTROL:
             serve = serve_bls if kind == wire.BLS else serve_control
             loop = worker.loop or asyncio.get_running_loop()
-            task = loop.create_task(serve(frame, lambda answer: self._answer(worker, answer)))
+            task = loop.create_task(serve(self._server, frame, lambda answer: self._answer(worker, answer)))
             self._calls.add(task)
             task.add_done_callback(self._call_done)
             # While the model waits for the server, the worker can run another execution (see

@@ -16,11 +16,17 @@ from nereid.datatypes import (
     tensor_from_bytes,
     tensor_to_bytes,
 )
-from nereid.errors import InvalidArgument
-from nereid.request_checks import request_prefix
+from nereid.errors import InvalidArgument, request_prefix
 from nereid.shared_memory import SharedMemoryRef
 from nereid.tensor_data import element_count
-from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from nereid.types import (
+    SEQUENCE_END,
+    SEQUENCE_START,
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    RequestedOutput,
+)
 
 # The typed `contents` field that carries each datatype; FP16 and BF16 have none and need raw bytes.
 CONTENTS_FIELD = {
@@ -65,11 +71,13 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
     model_name = message.model_name
     request_id = message.id
     prefix = request_prefix(request_id)
-    parameters = _request_parameters(message.parameters) if message.parameters else {}
+    request = InferRequest(model_name, message.model_version, [], None, request_id)
+    if message.parameters:
+        _request_parameters(message.parameters, request)
     raw = message.raw_input_contents
     raw_count = len(raw)
     raw_used = 0  # raw contents go, in order, to the inputs that are not in shared memory
-    inputs: list[InferTensor] = []
+    inputs = request.inputs
     for tensor in message.inputs:
         name = tensor.name
         datatype = tensor.datatype
@@ -107,8 +115,9 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
             f"unexpected additional input data for model '{model_name}': {raw_count} raw_input_contents for "
             f"{raw_used} inputs that take them"
         )
-    outputs = [_requested_output(output) for output in message.outputs] if message.outputs else None
-    return InferRequest(model_name, message.model_version, inputs, outputs, request_id, parameters)
+    if message.outputs:
+        request.outputs = [_requested_output(output) for output in message.outputs]
+    return request
 
 
 _NO_DATA = np.empty(0, dtype=np.uint8)  # placeholder until the engine reads the shared memory region
@@ -193,8 +202,9 @@ def _from_contents(
     return np.array(values, dtype=dtype).reshape(shape)
 
 
-def _request_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
+def _request_parameters(parameters: Mapping[str, pb.InferParameter], request: InferRequest) -> None:
+    """The request's parameters, the reserved ones (checked here, once) into its control fields."""
+    result = request.parameters
     for key, parameter in parameters.items():
         kind = parameter.WhichOneof("parameter_choice")
         reserved = _RESERVED.get(key)
@@ -203,7 +213,19 @@ def _request_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str
                 raise InvalidArgument(
                     f"invalid value type for '{key}' parameter, expected {' or '.join(reserved)}."
                 )
-        elif key.startswith("triton_") and key not in _ALLOWED_TRITON_KEYS:
+            value = getattr(parameter, kind)
+            if key == "sequence_id":
+                request.sequence_id = value
+            elif key == "sequence_start":
+                request.flags |= SEQUENCE_START if value else 0
+            elif key == "sequence_end":
+                request.flags |= SEQUENCE_END if value else 0
+            elif key == "priority":
+                request.priority = value
+            else:
+                request.timeout_us = value
+            continue
+        if key.startswith("triton_") and key not in _ALLOWED_TRITON_KEYS:
             raise InvalidArgument(
                 "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys "
                 f"starting with 'triton_' are allowed: {', '.join(_ALLOWED_TRITON_KEYS)}"
@@ -213,7 +235,6 @@ def _request_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str
                 f"invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
             )
         result[key] = getattr(parameter, kind)
-    return result
 
 
 def _tensor_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str, Any]:

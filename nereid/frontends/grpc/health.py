@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from nereid.engine import Engine
+from nereid.engine_client import EngineClient
 
 SERVICE = "grpc.health.v1.Health"
 SERVING = 1
@@ -47,7 +47,7 @@ def _messages() -> tuple[Any, Any]:
 HealthCheckRequest, HealthCheckResponse = _messages()
 
 
-def health_handler(engine: Engine) -> grpc.GenericRpcHandler:
+def health_handler(engine: EngineClient) -> grpc.GenericRpcHandler:
     """Check only; Watch is answered UNIMPLEMENTED, as Triton does."""
 
     async def check(request: Any, context: Any) -> Any:

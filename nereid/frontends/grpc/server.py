@@ -16,7 +16,7 @@ import logging
 import grpc
 from tritonclient.grpc import service_pb2_grpc
 
-from nereid.engine import Engine
+from nereid.engine_client import EngineClient
 from nereid.errors import Unavailable
 from nereid.frontends.grpc.health import health_handler
 from nereid.frontends.grpc.restricted import RestrictedProtocolInterceptor
@@ -95,7 +95,7 @@ def _credentials(options: GrpcOptions) -> grpc.ServerCredentials:
     )
 
 
-async def start_grpc_server(engine: Engine, settings: ServerSettings) -> tuple[grpc.aio.Server, int]:
+async def start_grpc_server(engine: EngineClient, settings: ServerSettings) -> tuple[grpc.aio.Server, int]:
     """A started server on the running event loop, and the port it listens on."""
     options = settings.grpc
     core, why = choose_core(options)

@@ -13,12 +13,11 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from nereid.engine import Engine
-from nereid.errors import NereidError, Unsupported, unexpected
+from nereid.engine_client import EngineClient
+from nereid.errors import DecoupledModel, NereidError, Unsupported, unexpected
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
-from nereid.streaming import DecoupledModel
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ def _later(rpc: str, feature: str) -> Callable[[Any, Any, Context], Awaitable[An
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineClient) -> None:
         self._engine = engine
 
     # health and metadata
@@ -81,7 +80,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ServerMetadata(
         self, request: pb.ServerMetadataRequest, context: Context
     ) -> pb.ServerMetadataResponse:
-        return pb.ServerMetadataResponse(**self._engine.server_metadata())
+        metadata = self._engine.server_metadata()
+        return pb.ServerMetadataResponse(
+            name=metadata.name, version=metadata.version, extensions=metadata.extensions
+        )
 
     @_rpc
     async def ModelMetadata(
@@ -90,11 +92,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         metadata = self._engine.model_metadata(request.name, request.version)
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
-            name=metadata["name"],
-            versions=metadata["versions"],
-            platform=metadata["platform"],
-            inputs=[tensor(**t) for t in metadata["inputs"]],
-            outputs=[tensor(**t) for t in metadata["outputs"]],
+            name=metadata.name,
+            versions=metadata.versions,
+            platform=metadata.platform,
+            inputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in metadata.inputs],
+            outputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in metadata.outputs],
         )
 
     @_rpc
@@ -109,7 +111,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise Unsupported("'repository_name' specification is not supported")
         index = pb.RepositoryIndexResponse.ModelIndex
         return pb.RepositoryIndexResponse(
-            models=[index(**row) for row in self._engine.repository_index(request.ready)]
+            models=[
+                index(name=e.name, version=e.version or "", state=e.state or "", reason=e.reason or "")
+                for e in self._engine.repository_index(request.ready)
+            ]
         )
 
     @_rpc
@@ -135,7 +140,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def _decoupled(self, message: pb.ModelInferRequest) -> bool:
         try:
-            return self._engine.models.get(message.model_name, message.model_version).decoupled
+            return self._engine.is_decoupled(message.model_name, message.model_version)
         except NereidError:
             return False  # the request fails, in its turn
 
@@ -202,9 +207,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: pb.SystemSharedMemoryStatusRequest, context: Context
     ) -> pb.SystemSharedMemoryStatusResponse:
         response = pb.SystemSharedMemoryStatusResponse()
-        for region in self._engine.shared_memory.system_status(request.name or None):
-            response.regions[region["name"]].CopyFrom(
-                pb.SystemSharedMemoryStatusResponse.RegionStatus(**region)
+        status = pb.SystemSharedMemoryStatusResponse.RegionStatus
+        for region in self._engine.system_shared_memory_status(request.name or None):
+            response.regions[region.name].CopyFrom(
+                status(name=region.name, key=region.key, offset=region.offset, byte_size=region.byte_size)
             )
         return response
 
@@ -212,7 +218,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        self._engine.shared_memory.register_system(
+        self._engine.register_system_shared_memory(
             request.name, request.key, request.offset, request.byte_size
         )
         return pb.SystemSharedMemoryRegisterResponse()
@@ -221,7 +227,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self._engine.shared_memory.unregister_system(request.name or None)
+        self._engine.unregister_system_shared_memory(request.name or None)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @_rpc
@@ -229,9 +235,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: pb.CudaSharedMemoryStatusRequest, context: Context
     ) -> pb.CudaSharedMemoryStatusResponse:
         response = pb.CudaSharedMemoryStatusResponse()
-        for region in self._engine.shared_memory.cuda_status(request.name or None):
-            response.regions[region["name"]].CopyFrom(
-                pb.CudaSharedMemoryStatusResponse.RegionStatus(**region)
+        status = pb.CudaSharedMemoryStatusResponse.RegionStatus
+        for region in self._engine.cuda_shared_memory_status(request.name or None):
+            response.regions[region.name].CopyFrom(
+                status(name=region.name, device_id=region.device_id, byte_size=region.byte_size)
             )
         return response
 
@@ -241,14 +248,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     ) -> pb.CudaSharedMemoryRegisterResponse:
         # the registry takes the handle as HTTP carries it, in base64
         handle = base64.b64encode(request.raw_handle).decode("ascii")
-        self._engine.shared_memory.register_cuda(request.name, handle, request.device_id, request.byte_size)
+        self._engine.register_cuda_shared_memory(request.name, handle, request.device_id, request.byte_size)
         return pb.CudaSharedMemoryRegisterResponse()
 
     @_rpc
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        self._engine.shared_memory.unregister_cuda(request.name or None)
+        self._engine.unregister_cuda_shared_memory(request.name or None)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # features of later versions: UNIMPLEMENTED, saying which

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import service_pb2 as pb
 
-from nereid.engine import Engine
+from nereid.engine_client import EngineClient
 from nereid.errors import NereidError
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response
 
@@ -41,7 +41,7 @@ def error_response(message: str, request_id: str, final: bool = True) -> pb.Mode
 
 
 async def request_stream(
-    engine: Engine, message: pb.ModelInferRequest
+    engine: EngineClient, message: pb.ModelInferRequest
 ) -> AsyncIterator[pb.ModelStreamInferResponse | _Failure]:
     """The stream responses to one request: one for most models, any number for decoupled ones. A
     decoupled model's flags-only final response is sent only when the request asks for it

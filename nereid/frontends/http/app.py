@@ -10,8 +10,16 @@ from typing import Any
 import orjson
 
 from nereid.datatypes import element_size
-from nereid.engine import Engine
-from nereid.errors import Forbidden, InvalidArgument, NereidError, Status, unexpected
+from nereid.engine_client import EngineClient, ModelMetadata
+from nereid.errors import (
+    DecoupledModel,
+    Forbidden,
+    InvalidArgument,
+    NereidError,
+    Status,
+    request_prefix,
+    unexpected,
+)
 from nereid.frontends.http.codec import (
     decode_infer_request,
     decode_raw_binary_request,
@@ -19,6 +27,13 @@ from nereid.frontends.http.codec import (
     error_body,
 )
 from nereid.frontends.http.compression import choose_encoding, compress, decompress
+from nereid.frontends.http.documents import (
+    cuda_regions_json,
+    model_metadata_json,
+    repository_index_json,
+    server_metadata_json,
+    system_regions_json,
+)
 from nereid.frontends.http.generate import event_stream, generate, wants_events
 from nereid.frontends.http.generate import generate_request as decode_generate_request
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
@@ -29,10 +44,7 @@ from nereid.frontends.http.repository import (
     decode_system_register,
     decode_unload_request,
 )
-from nereid.repository import ModelVersion
-from nereid.request_checks import request_prefix
 from nereid.settings import ServerSettings
-from nereid.streaming import DecoupledModel
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +93,7 @@ def error_response(status: int, message: str) -> HttpResponse:
 class HttpFrontend:
     """Triton's HTTP/REST API: routes a request to the engine and turns the result into a response."""
 
-    def __init__(self, engine: Engine, settings: ServerSettings) -> None:
+    def __init__(self, engine: EngineClient, settings: ServerSettings) -> None:
         self._engine = engine
         self._max_input = settings.http_max_input_size
         self._restricted = {group: rule for rule in settings.http_restricted_api for group in rule.groups}
@@ -130,7 +142,7 @@ class HttpFrontend:
                     return await event_stream(engine, generate_request, flat=True), False
                 if action is None:
                     _allow(method, "GET")
-                    return _json(200, engine.model_metadata(name, version)), False
+                    return _json(200, model_metadata_json(engine.model_metadata(name, version))), False
                 if action == "ready":
                     _allow(method, "GET")
                     if await engine.model_ready(name, version):
@@ -150,7 +162,7 @@ class HttpFrontend:
             return _text(200 if engine.is_ready() else 400), False
         if path == "/v2":
             _allow(method, "GET")
-            return _json(200, engine.server_metadata()), False
+            return _json(200, server_metadata_json(engine.server_metadata())), False
         if path.startswith("/v2/repository"):
             match = _REPOSITORY_ROUTE.fullmatch(path)
             if match is not None:
@@ -173,7 +185,9 @@ class HttpFrontend:
         self, index: str | None, name: str | None, action: str | None, body: bytes
     ) -> HttpResponse:
         if index:
-            return _json(200, self._engine.repository_index(decode_index_request(body)))
+            return _json(
+                200, repository_index_json(self._engine.repository_index(decode_index_request(body)))
+            )
         assert name is not None  # the route matched either index or a model action
         if action == "load":
             config, files = decode_load_request(body, name)
@@ -183,19 +197,24 @@ class HttpFrontend:
         return HttpResponse(200, b"", [_JSON])
 
     def _shared_memory(self, kind: str, region: str | None, action: str, body: bytes) -> HttpResponse:
-        registry = self._engine.shared_memory
+        engine = self._engine
+        system = kind == "system"
         if action == "status":
-            status = registry.system_status if kind == "system" else registry.cuda_status
-            return _json(200, status(region))
+            if system:
+                return _json(200, system_regions_json(engine.system_shared_memory_status(region)))
+            return _json(200, cuda_regions_json(engine.cuda_shared_memory_status(region)))
         if action == "unregister":
-            (registry.unregister_system if kind == "system" else registry.unregister_cuda)(region)
+            if system:
+                engine.unregister_system_shared_memory(region)
+            else:
+                engine.unregister_cuda_shared_memory(region)
             return HttpResponse(200, b"", [_JSON])
         if region is None:  # register needs a region name in the path
             return _text(404, error_body("Not Found"))
-        if kind == "system":
-            registry.register_system(region, *decode_system_register(body))
+        if system:
+            engine.register_system_shared_memory(region, *decode_system_register(body))
         else:
-            registry.register_cuda(region, *decode_cuda_register(body))
+            engine.register_cuda_shared_memory(region, *decode_cuda_register(body))
         return HttpResponse(200, b"", [_JSON])
 
     def _check_restricted(self, request: HttpRequest) -> None:
@@ -213,8 +232,8 @@ class HttpFrontend:
         header_value = headers.get("inference-header-content-length")
         header_length = _parse_header_length(header_value) if header_value is not None else None
         if header_length == 0:
-            model = self._engine.models.get(name, version)
-            infer_request = decode_raw_binary_request(body, name, version, *_raw_input(model, len(body)))
+            metadata = self._engine.model_metadata(name, version)
+            infer_request = decode_raw_binary_request(body, name, version, *_raw_input(metadata, len(body)))
         else:
             infer_request = decode_infer_request(body, header_length, name, version)
         try:
@@ -267,7 +286,7 @@ def _parse_header_length(value: str) -> int:
         raise InvalidArgument(f"Inference-Header-Content-Length must be an integer, got '{value}'") from None
 
 
-def _raw_input(model: ModelVersion, body_size: int) -> tuple[str, str, tuple[int, ...]]:
+def _raw_input(model: ModelMetadata, body_size: int) -> tuple[str, str, tuple[int, ...]]:
     """Name, datatype and batch-1 shape of the single input that a header-less body carries."""
     prefix = request_prefix("")
     if len(model.inputs) != 1:
@@ -275,8 +294,9 @@ def _raw_input(model: ModelVersion, body_size: int) -> tuple[str, str, tuple[int
             f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got {len(model.inputs)} "
             f"inputs in '{model.name}' model configuration"
         )
-    spec = next(iter(model.inputs.values()))
-    dims = list(spec.dims)
+    spec = model.inputs[0]
+    batched = model.max_batch_size > 0
+    dims = list(spec.shape[1:] if batched else spec.shape)
     if spec.datatype == "BYTES":
         if dims != [1]:
             raise InvalidArgument(
@@ -291,5 +311,5 @@ def _raw_input(model: ModelVersion, body_size: int) -> tuple[str, str, tuple[int
                 f"{body_size} bytes does not determine its shape"
             )
         dims[dims.index(-1)] = body_size // known
-    shape = ((1,) if model.max_batch_size > 0 else ()) + tuple(dims)
+    shape = ((1,) if batched else ()) + tuple(dims)
     return spec.name, spec.datatype, shape

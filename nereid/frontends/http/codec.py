@@ -13,11 +13,17 @@ from nereid.datatypes import (
     tensor_from_bytes,
     tensor_to_bytes,
 )
-from nereid.errors import InvalidArgument
-from nereid.request_checks import request_prefix
+from nereid.errors import InvalidArgument, request_prefix
 from nereid.shared_memory import SharedMemoryRef
 from nereid.tensor_data import MAX_ELEMENTS, MAX_RANK, shape_too_large
-from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from nereid.types import (
+    SEQUENCE_END,
+    SEQUENCE_START,
+    InferRequest,
+    InferResponse,
+    InferTensor,
+    RequestedOutput,
+)
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -60,10 +66,10 @@ def decode_infer_request(
         raise InvalidArgument(
             "Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean"
         )
-    if parameters and (
-        "sequence_id" in parameters or "sequence_start" in parameters or "sequence_end" in parameters
-    ):
-        _check_sequence_parameters(parameters)
+    inputs: list[InferTensor] = []
+    request = InferRequest(model_name, model_version, inputs, None, request_id, parameters)
+    if parameters and not _CONTROLS.isdisjoint(parameters):
+        _take_controls(request)
     if "inputs" not in document:
         raise InvalidArgument(
             "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
@@ -73,7 +79,6 @@ def decode_infer_request(
         raise InvalidArgument("Unable to parse 'inputs': attempt to access JSON non-array as array")
     view = memoryview(binary)
     offset = 0
-    inputs: list[InferTensor] = []
     for raw in raw_inputs:
         tensor, used = _decode_input(raw, view, offset, model_name, request_id)
         offset += used
@@ -81,8 +86,9 @@ def decode_infer_request(
     if offset != len(binary):
         raise InvalidArgument(f"unexpected additional input data for model '{model_name}'")
     raw_outputs = document.get("outputs")
-    outputs = None if raw_outputs is None else _decode_outputs(raw_outputs)
-    return InferRequest(model_name, model_version, inputs, outputs, request_id, parameters)
+    if raw_outputs is not None:
+        request.outputs = _decode_outputs(raw_outputs)
+    return request
 
 
 def decode_raw_binary_request(
@@ -95,16 +101,30 @@ def decode_raw_binary_request(
     return InferRequest(model_name, model_version, [tensor], None, "", {"binary_data_output": True})
 
 
-def _check_sequence_parameters(parameters: dict[str, Any]) -> None:
-    """`sequence_id` is a string or a uint64, the flags are booleans; Triton's texts for the others."""
-    sequence_id = parameters.get("sequence_id", 0)
+_CONTROLS = frozenset(("sequence_id", "sequence_start", "sequence_end", "priority", "timeout"))
+
+
+def _take_controls(request: InferRequest) -> None:
+    """Move the reserved parameters into the request's control fields, checked here, once: `sequence_id`
+    is a string or a uint64 and the flags are booleans (with Triton's texts); a `priority` or `timeout`
+    that is not an integer counts as none."""
+    parameters = request.parameters
+    sequence_id = parameters.pop("sequence_id", 0)
     if not isinstance(sequence_id, str) and (
         not isinstance(sequence_id, int) or isinstance(sequence_id, bool) or not 0 <= sequence_id < 1 << 64
     ):
         raise InvalidArgument("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
-    for key in ("sequence_start", "sequence_end"):
-        if not isinstance(parameters.get(key, False), bool):
+    request.sequence_id = sequence_id
+    for key, flag in (("sequence_start", SEQUENCE_START), ("sequence_end", SEQUENCE_END)):
+        value = parameters.pop(key, False)
+        if not isinstance(value, bool):
             raise InvalidArgument(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
+        if value:
+            request.flags |= flag
+    priority = parameters.pop("priority", 0)
+    request.priority = priority if isinstance(priority, int) else 0
+    timeout = parameters.pop("timeout", 0)
+    request.timeout_us = timeout if isinstance(timeout, int) else 0
 
 
 def _parameters(value: Any, where: str) -> dict[str, Any]:

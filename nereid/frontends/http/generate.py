@@ -20,12 +20,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from nereid.engine import Engine
+from nereid.engine_client import EngineClient
 from nereid.errors import InternalError, InvalidArgument
 from nereid.frontends.http.codec import decode_infer_request, encode_infer_response, error_body
 from nereid.frontends.http.protocol import HttpResponse
-from nereid.streaming import StreamEvent
-from nereid.types import InferRequest, InferResponse
+from nereid.types import InferRequest, InferResponse, StreamEvent
 
 _JSON = (b"content-type", b"application/json")
 _EVENTS = (b"content-type", b"text/event-stream; charset=utf-8")
@@ -39,20 +38,22 @@ def wants_events(accept: str | None) -> bool:
     return accept is not None and "text/event-stream" in accept
 
 
-def generate_request(engine: Engine, name: str, version: str, body: bytes) -> InferRequest:
+def generate_request(engine: EngineClient, name: str, version: str, body: bytes) -> InferRequest:
     """The infer request a generate body stands for; inputs checked as an infer body's would be."""
     document = _json_object(body)
-    model = engine.models.get(name, version)
+    metadata = engine.model_metadata(name, version)
+    batched = metadata.max_batch_size > 0
+    specs = {t.name: t for t in metadata.inputs}
     inputs: list[dict[str, Any]] = []
     parameters: dict[str, Any] = {}
     request_id = ""
     for key, value in document.items():
-        spec = model.inputs.get(key)
+        spec = specs.get(key)
         if spec is not None:
             data = value if isinstance(value, list) else [value]
             if any(isinstance(item, (list, dict)) for item in data):
                 raise InternalError("Unable to parse 'data': Shape does not match true shape of 'data' field")
-            shape = _shape(key, spec.dims, len(data), model.max_batch_size > 0)
+            shape = _shape(key, spec.shape[1:] if batched else spec.shape, len(data), batched)
             inputs.append({"name": key, "datatype": spec.datatype, "shape": shape, "data": data})
         elif key == "id":
             request_id = str(value)
@@ -130,7 +131,7 @@ async def _first(events: AsyncGenerator[StreamEvent, None]) -> StreamEvent | Non
         raise
 
 
-async def generate(engine: Engine, request: InferRequest) -> HttpResponse:
+async def generate(engine: EngineClient, request: InferRequest) -> HttpResponse:
     events = engine.infer_stream(request)
     first = await _first(events)
     try:
@@ -147,7 +148,7 @@ async def generate(engine: Engine, request: InferRequest) -> HttpResponse:
         await events.aclose()
 
 
-async def event_stream(engine: Engine, request: InferRequest, flat: bool) -> HttpResponse:
+async def event_stream(engine: EngineClient, request: InferRequest, flat: bool) -> HttpResponse:
     """Server-sent events: generate_stream's (`flat`) or streamed infer's (infer response bodies)."""
     events = engine.infer_stream(request)
     first = await _first(events)

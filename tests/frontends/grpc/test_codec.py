@@ -164,9 +164,9 @@ def test_request_parameters_as_triton_takes_them() -> None:
         "i": -3,
         "b": True,
         "d": 0.25,
-        "priority": 2,
         "triton_enable_empty_final_response": True,
     }
+    assert request.priority == 2  # a request control, not a parameter the model sees
     assert _fails(_request(tensor, parameters={"u": pb.InferParameter(uint64_param=1)})) == (
         "invalid value type for 'u' parameter, expected int64_param, bool_param, or string_param."
     )

@@ -36,7 +36,7 @@ def test_health_and_server_metadata(grpc_server: InProcessServer) -> None:
     assert stub.ServerReady(pb.ServerReadyRequest()).ready
     metadata = stub.ServerMetadata(pb.ServerMetadataRequest())
     assert metadata.name == "triton" and metadata.version
-    assert list(metadata.extensions) == grpc_server.engine.server_metadata()["extensions"]
+    assert list(metadata.extensions) == list(grpc_server.engine.server_metadata().extensions)
     # grpc.health.v1.Health/Check, read on the wire: field 1 (status) = 1 (SERVING)
     check = grpc_server.channel.unary_unary("/grpc.health.v1.Health/Check")
     assert check(b"") == b"\x08\x01"

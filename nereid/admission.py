@@ -1,0 +1,190 @@
+"""The one way an inference request, unary or streamed, goes through a model version.
+
+An `Admission` counts the request in flight from the moment it is admitted until it is released (so that
+a reload or unload retires the version only once its requests are answered), checks it against the
+model's config, builds the request the backend sees, shapes the outputs, and records the request in the
+model's statistics once. Requests refused by the checks never reach the model and, as in Triton, count
+in no statistic. A response cache or tracing hooks in here, once, for every frontend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from nereid.backends.base import Outputs
+from nereid.backends.responses import ResponseStream
+from nereid.classification import classify
+from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
+from nereid.errors import InvalidArgument, QueueFull, QueueTimeout, request_prefix
+from nereid.repository.model import ModelVersion
+from nereid.request_checks import backend_inputs, backend_request, inputs_batch_size, requested_outputs
+from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
+from nereid.statistics import RequestTiming
+from nereid.types import InferRequest, InferTensor, RequestedOutput
+
+
+class Admission:
+    """One checked request to one model version, in flight from construction until it is released: by
+    `finish` or `failed` (unary requests, after the scheduler's `execute`), or by `release` (streamed ones).
+
+    Construction counts the request in flight and checks it (releasing it again when a check fails). A
+    streamed request (`stream` given) cannot use shared memory; `shared_memory` is the registry that a
+    unary request's regions are looked up in."""
+
+    __slots__ = (
+        "model",
+        "request",
+        "start",
+        "queued",
+        "wanted",
+        "backend",
+        "timing",
+        "_regions",
+        "_shared_memory",
+    )
+
+    def __init__(
+        self,
+        model: ModelVersion,
+        request: InferRequest,
+        shared_memory: SharedMemoryRegistry | None = None,
+        stream: ResponseStream | None = None,
+    ) -> None:
+        self.start = time.perf_counter_ns()
+        self.model = model
+        self.request = request
+        self.timing = RequestTiming()
+        self._shared_memory = shared_memory
+        self._regions: dict[str, SharedMemoryRef] | None = None
+        model.inflight += 1
+        try:
+            if stream is not None:
+                if any(t.shared_memory is not None for t in request.inputs) or any(
+                    o.shared_memory is not None for o in request.outputs or ()
+                ):
+                    raise InvalidArgument(
+                        f"model '{model.name}' is decoupled: its inputs and outputs cannot be in shared memory"
+                    )
+            elif shared_memory is not None:
+                for tensor in request.inputs:
+                    if tensor.shared_memory is not None:
+                        _read_shared_memory_inputs(shared_memory, model, request)
+                        break
+            inputs = backend_inputs(model, request)
+            self.wanted = wanted = requested_outputs(model, request)
+            if request.outputs and shared_memory is not None:
+                regions = {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
+                if regions:
+                    check_outputs_fit(shared_memory, regions)
+                    self._regions = regions
+            self.backend = backend = backend_request(request, inputs, wanted)
+            backend.stream = stream
+            self.queued = time.perf_counter_ns()
+        except BaseException:
+            model.request_done()  # refused: it never reaches the model
+            raise
+
+    def failed(self, exc: BaseException) -> None:
+        """The scheduler raised for a unary request: record why, and release it."""
+        model = self.model
+        if not isinstance(exc, QueueFull):  # refused before it was queued: Triton counts it nowhere
+            model.statistics.record_failure(time.perf_counter_ns() - self.start, _failure_reason(exc))
+        model.request_done()
+
+    def finish(self, results: Outputs) -> list[InferTensor]:
+        """The scheduler answered a unary request: its response tensors; record it, and release it."""
+        executed = time.perf_counter_ns()
+        model = self.model
+        try:
+            # A model may leave out a requested output (Python models can): Triton omits it too.
+            outputs = [_output_tensor(model, o, results[o.name]) for o in self.wanted if o.name in results]
+            if self._regions:
+                self._write_regions(outputs)
+        except BaseException as exc:
+            self.failed(exc)
+            raise
+        start = self.start
+        timing = self.timing
+        end = time.perf_counter_ns()
+        if timing.batched:  # the batcher recorded the execution it shared with other requests
+            model.statistics.record_batched_request(end - start, timing, self.queued - start, end - executed)
+        else:  # an execution of its own
+            model.statistics.record_request(
+                inputs_batch_size(model, self.request),
+                end - start,
+                timing,
+                self.queued - start,
+                end - executed,
+            )
+        model.request_done()
+        return outputs
+
+    def outputs(self, results: Outputs) -> list[InferTensor]:
+        """The response tensors of one result, written into the client's shared memory where it asked."""
+        model = self.model
+        outputs = [_output_tensor(model, o, results[o.name]) for o in self.wanted if o.name in results]
+        if self._regions:
+            self._write_regions(outputs)
+        return outputs
+
+    def _write_regions(self, outputs: list[InferTensor]) -> None:
+        regions = self._regions
+        registry = self._shared_memory
+        if regions is None or registry is None:
+            return
+        for tensor in outputs:
+            if tensor.name in regions:
+                tensor.shared_memory = regions[tensor.name]
+                registry.write(
+                    tensor.shared_memory, tensor.name, tensor_to_bytes(tensor.data, tensor.datatype)
+                )
+
+    def record_streamed(self) -> None:
+        """A streamed request ended with its final response (queue and output times are not measured)."""
+        self.model.statistics.record_request(
+            inputs_batch_size(self.model, self.request),
+            time.perf_counter_ns() - self.start,
+            self.timing,
+            0,
+            0,
+        )
+
+    def record_cancelled(self) -> None:
+        self.model.statistics.record_failure(time.perf_counter_ns() - self.start, "CANCELED")
+
+    def release(self) -> None:
+        """The request is answered: the version may retire once none is left in flight."""
+        self.model.request_done()
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.CancelledError):
+        return "CANCELED"
+    return "REJECTED" if isinstance(exc, QueueTimeout) else "BACKEND"
+
+
+def _read_shared_memory_inputs(
+    registry: SharedMemoryRegistry, model: ModelVersion, request: InferRequest
+) -> None:
+    for tensor in request.inputs:
+        if tensor.shared_memory is not None:
+            view = registry.view(tensor.shared_memory)
+            tensor.data = tensor_from_bytes(
+                view, tensor.datatype, tensor.shape, tensor.name, model.name, request_prefix(request.id)
+            )
+
+
+def _output_tensor(model: ModelVersion, requested: RequestedOutput, array: np.ndarray) -> InferTensor:
+    spec = model.outputs[requested.name]
+    if spec.backend_dims is not None:
+        array = array.reshape(((array.shape[0],) if model.max_batch_size > 0 else ()) + spec.dims)
+    if requested.class_count > 0:
+        array = classify(array, requested.class_count, spec.labels, model.max_batch_size > 0, requested.name)
+        return InferTensor(requested.name, "BYTES", array.shape, array)
+    if array.dtype != spec.numpy_dtype:
+        # Triton answers with the data type the model produced, whatever the configuration says.
+        return InferTensor(requested.name, wire_datatype(array.dtype), array.shape, array)
+    return InferTensor(requested.name, spec.datatype, array.shape, array)

@@ -1,0 +1,57 @@
+"""The EngineClient seam: frontends reach the engine only through it, and the Engine implements all of it."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+from nereid.engine import Engine
+from nereid.engine_client import EngineClient, ModelServices
+
+
+def _nereid_modules_after(imports: str) -> list[str]:
+    """The nereid modules a fresh interpreter holds after `import <imports>`."""
+    code = (
+        f"import sys, {imports}\nprint('\\n'.join(sorted(m for m in sys.modules if m.startswith('nereid'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    return result.stdout.split()
+
+
+def test_frontends_import_nothing_of_the_core() -> None:
+    core = (
+        "nereid.engine.",
+        "nereid.streaming",
+        "nereid.admission",
+        "nereid.repository",
+        "nereid.backends",
+        "nereid.scheduling",
+        "nereid.request_checks",
+    )
+    loaded = _nereid_modules_after("nereid.frontends.http, nereid.frontends.grpc, nereid.metrics")
+    assert "nereid.frontends.grpc.servicer" in loaded
+    assert [m for m in loaded if (m + ".").startswith(core)] == []
+
+
+def test_the_engine_client_imports_nothing_of_the_core() -> None:
+    allowed = {"nereid", "nereid.engine_client", "nereid.types", "nereid.errors", "nereid.shared_memory"}
+    assert set(_nereid_modules_after("nereid.engine_client")) <= allowed
+
+
+def test_the_engine_implements_every_method_with_the_same_parameters() -> None:
+    for protocol in (EngineClient, ModelServices):
+        names = [n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")]
+        assert names
+        for name in names:
+            wanted = inspect.signature(getattr(protocol, name))
+            given = inspect.signature(getattr(Engine, name))
+            assert list(given.parameters) == list(wanted.parameters), name
+            assert [p.default for p in given.parameters.values()] == [
+                p.default for p in wanted.parameters.values()
+            ], name
+            assert inspect.iscoroutinefunction(getattr(Engine, name)) == inspect.iscoroutinefunction(
+                getattr(protocol, name)
+            ), name
