@@ -16,6 +16,7 @@ import numpy as np
 
 from nereid.backends.base import Outputs
 from nereid.backends.responses import ResponseStream
+from nereid.cache import CacheKey, cache_key
 from nereid.classification import classify
 from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
 from nereid.errors import InvalidArgument, QueueFull, QueueTimeout, request_prefix
@@ -120,6 +121,29 @@ class Admission:
                 end - executed,
             )
         model.request_done()
+        return outputs
+
+    def cache_key(self) -> CacheKey:
+        """What identifies this request's response in the response cache: model, version, every input
+        (after shared memory was read) and the outputs asked for."""
+        inputs = {t.name: (t.datatype, t.data) for t in self.request.inputs}
+        wanted = [(o.name, o.class_count) for o in self.wanted]
+        return cache_key(self.model.name, self.model.version_text, inputs, wanted)
+
+    def cached(self, outputs: list[InferTensor], lookup_start: int, lookup_ns: int) -> list[InferTensor]:
+        """The response cache answered: its tensors, written into the client's shared memory where it
+        asked; record a success that ran no execution (Triton's rule), and release the request."""
+        try:
+            if self._regions:
+                self._write_regions(outputs)
+        except BaseException as exc:
+            self.failed(exc)
+            raise
+        start = self.start
+        self.model.statistics.record_cache_hit(
+            time.perf_counter_ns() - start, lookup_start - self.queued, lookup_ns
+        )
+        self.model.request_done()
         return outputs
 
     def outputs(self, results: Outputs) -> list[InferTensor]:

@@ -11,6 +11,7 @@ from typing import Any
 from nereid.repository.remote.location import is_remote
 from nereid.settings import (
     API_GROUPS,
+    CacheSettings,
     GrpcOptions,
     MetricsConfig,
     ResourceLimit,
@@ -30,8 +31,6 @@ NOT_YET_SUPPORTED = (
     "--log-error",
     "--log-format",
     "--log-file",
-    "--cache-config",
-    "--response-cache-byte-size",
     "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size",
     "--backend-directory",
@@ -152,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-timeout-secs", type=int, default=30)
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--rate-limit", choices=("off", "execution_count"), default="off")
+    p.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE")
+    p.add_argument("--response-cache-byte-size", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]")
     for flag in NOT_YET_SUPPORTED + NO_EFFECT:
         p.add_argument(flag, action="append", default=None, help=argparse.SUPPRESS)
@@ -283,10 +284,21 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         backend_config=backend_config,
         rate_limit=args.rate_limit == "execution_count",
         rate_limit_resources=tuple(_resource_limit(item) for item in args.rate_limit_resource),
+        response_cache=_cache_settings(args),
     )
     if args.rate_limit_resource and args.rate_limit == "off":
         warnings.append("--rate-limit-resource has no effect unless --rate-limit=execution_count")
     return settings, warnings
+
+
+def _cache_settings(args: argparse.Namespace) -> CacheSettings | None:
+    items = list(args.cache_config)
+    if args.response_cache_byte_size is not None:  # Triton's older flag for the local cache
+        items.insert(0, f"local,size={args.response_cache_byte_size}")
+    try:
+        return CacheSettings.parse(items)
+    except ValueError as exc:
+        raise SystemExit(f"nereid: --cache-config {exc}") from None
 
 
 def _resource_limit(item: str) -> ResourceLimit:

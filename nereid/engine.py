@@ -4,6 +4,7 @@ below them."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -11,6 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid import TRITON_PROTOCOL_VERSION
 from nereid.admission import Admission
+from nereid.cache import create_cache
 from nereid.engine_client import (
     CudaSharedMemoryRegion,
     ModelMetadata,
@@ -21,11 +23,11 @@ from nereid.engine_client import (
     TensorMetadata,
 )
 from nereid.errors import DecoupledModel, Unavailable
-from nereid.repository import ModelManager
+from nereid.repository import ModelManager, ModelVersion
 from nereid.settings import ServerSettings
 from nereid.shared_memory import SharedMemoryRegistry
 from nereid.streaming import stream_decoupled
-from nereid.types import InferRequest, InferResponse, StreamEvent
+from nereid.types import InferRequest, InferResponse, InferTensor, StreamEvent
 
 # Extensions this server implements, named as Triton names them in server metadata.
 EXTENSIONS = (
@@ -46,6 +48,8 @@ class Engine:
         self._settings = settings
         self.models = models
         self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
+        # for models whose config enables `response_cache`; None without --cache-config
+        self._cache = create_cache(settings.response_cache) if settings.response_cache else None
         self._live = True
 
     # health and metadata
@@ -97,12 +101,28 @@ class Engine:
         if model.decoupled:
             raise DecoupledModel()
         admission = Admission(model, request, self.shared_memory)  # counted in flight, checked
+        cache = self._cache if model.response_cache else None
         try:
+            if cache is not None:
+                key = admission.cache_key()
+                lookup_start = time.perf_counter_ns()
+                hit = await cache.lookup(key)
+                lookup_ns = time.perf_counter_ns() - lookup_start
+                if hit is not None:
+                    return self._response(model, request, admission.cached(hit, lookup_start, lookup_ns))
             results = await model.scheduler.execute(admission.backend, admission.timing)
         except BaseException as exc:
             admission.failed(exc)
             raise
         outputs = admission.finish(results)
+        if cache is not None:
+            insert_start = time.perf_counter_ns()
+            await cache.insert(key, outputs)
+            model.statistics.record_cache_miss(lookup_ns + time.perf_counter_ns() - insert_start)
+        return self._response(model, request, outputs)
+
+    @staticmethod
+    def _response(model: ModelVersion, request: InferRequest, outputs: list[InferTensor]) -> InferResponse:
         if model.ensemble:  # Triton echoes the sequence controls in an ensemble's response
             return InferResponse(
                 model.name, model.version_text, outputs, request.id, request.sequence_parameters()
@@ -141,6 +161,7 @@ class Engine:
                 m.max_batch_size,
                 m.scheduler.pending(),
                 m.statistics,
+                m.response_cache and self._cache is not None,
             )
             for m in self.models.loaded()
         ]
@@ -186,3 +207,5 @@ class Engine:
         self._live = False
         self.models.stop()
         self.shared_memory.close()
+        if self._cache is not None:
+            self._cache.close()

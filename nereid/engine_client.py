@@ -83,6 +83,7 @@ class ModelMetrics:
     max_batch_size: int
     pending: int
     statistics: ModelStatistics
+    response_cache: bool = False  # its responses are cached: the nv_cache_* families report it
 
 
 class ModelServices(Protocol):

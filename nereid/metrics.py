@@ -90,6 +90,31 @@ def _counter_values(model: ModelMetrics) -> dict[str, float]:
     }
 
 
+_CACHE_FAMILIES = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model"),
+    ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds"),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model"),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+    ),
+)
+
+
+def _cache_families(models: list[ModelMetrics]) -> list[Family]:
+    """Triton's per-model response cache counters, for the models whose responses are cached."""
+    cached = [m for m in models if m.response_cache]
+    if not cached:
+        return []
+    families = [Family(name, text, "counter") for name, text in _CACHE_FAMILIES]
+    for model in cached:
+        s, labels = model.statistics, _labels(model)
+        values = (s.cache_hit.count, s.cache_hit.ns // 1000, s.cache_miss.count, s.cache_miss.ns // 1000)
+        for family, value in zip(families, values, strict=True):
+            family.samples.append((labels, value))
+    return families
+
+
 class CpuSampler:
     """CPU utilization over the last interval and memory in use, from /proc (Linux)."""
 
@@ -184,6 +209,7 @@ class MetricsExporter:
         families += self._cpu_families()
         families += self._summary_families(models)
         families += _batching_families(models)
+        families += _cache_families(models)
         return families
 
     def _summary_families(self, models: list[ModelMetrics]) -> list[Family]:

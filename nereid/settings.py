@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +85,52 @@ class ResourceLimit:
 
 
 @dataclass(frozen=True)
+class CacheSettings:
+    """`--cache-config <kind>,<key>=<value>`: the response cache (`local` or `redis`) and its settings."""
+
+    kind: str
+    size: int = 0  # local: bytes at most
+    host: str = "localhost"  # redis
+    port: int = 6379
+    user: str = ""
+    password: str = ""
+    db: int = 0
+    timeout_ms: int = 500  # connect and reply timeouts
+    ttl_s: int = 0  # 0: entries do not expire (Redis's own eviction policy applies)
+
+    @classmethod
+    def parse(cls, items: Sequence[str]) -> CacheSettings | None:
+        """From the --cache-config values, in order; None when there are none."""
+        kind = ""
+        values: dict[str, str] = {}
+        for item in items:
+            name, _, pair = item.partition(",")
+            key, sep, value = pair.partition("=")
+            if not sep or not key or not name:
+                raise ValueError(f"expected <cache>,<key>=<value>, got '{item}'")
+            if kind and name != kind:
+                raise ValueError(f"only one response cache can be configured, got '{kind}' and '{name}'")
+            kind = name
+            values[key] = value
+        if not kind:
+            return None
+        if kind not in ("local", "redis"):
+            raise ValueError(f"unknown response cache '{kind}': expected 'local' or 'redis'")
+        fields = {"size": int, "host": str, "port": int, "user": str, "password": str, "db": int,
+                  "timeout_ms": int, "ttl_s": int}  # fmt: skip
+        settings: dict[str, object] = {}
+        for key, value in values.items():
+            convert = fields.get(key)
+            if convert is None:
+                raise ValueError(f"unknown {kind} cache setting '{key}'")
+            try:
+                settings[key] = convert(value)
+            except ValueError:
+                raise ValueError(f"{kind} cache setting '{key}' expects an integer, got '{value}'") from None
+        return cls(kind, **settings)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     model_repositories: tuple[Path, ...]
     server_id: str = "triton"
@@ -126,3 +173,5 @@ class ServerSettings:
     # --rate-limit=execution_count: executions wait for the resources their instance group names
     rate_limit: bool = False
     rate_limit_resources: tuple[ResourceLimit, ...] = ()
+    # --cache-config: the response cache that models with `response_cache { enable: true }` use
+    response_cache: CacheSettings | None = None

@@ -82,6 +82,8 @@ class ModelStatistics:
         self.compute_input = Duration()
         self.compute_infer = Duration()
         self.compute_output = Duration()
+        self.cache_hit = Duration()  # lookups that answered the request
+        self.cache_miss = Duration()  # lookups that did not, plus the insert of the response
         self._batches: dict[int, _BatchStats] = {}
         self.queue_delays = [0] * (len(QUEUE_DELAY_BUCKETS_US) + 1)  # requests per bucket, not cumulative
 
@@ -153,6 +155,18 @@ class ModelStatistics:
         with self._lock:
             return {size: b.compute_infer.count for size, b in sorted(self._batches.items())}
 
+    def record_cache_hit(self, request_ns: int, queue_ns: int, lookup_ns: int) -> None:
+        """A request the response cache answered: a success that ran no execution (Triton's rule)."""
+        with self._lock:
+            self.last_inference_ms = time.time_ns() // 1_000_000
+            self.success.add(request_ns)
+            self.queue.add(queue_ns)
+            self.cache_hit.add(lookup_ns)
+
+    def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
+        with self._lock:
+            self.cache_miss.add(lookup_and_insert_ns)
+
     def record_failure(self, request_ns: int, reason: str) -> None:
         with self._lock:
             self.last_inference_ms = time.time_ns() // 1_000_000
@@ -177,8 +191,8 @@ class ModelStatistics:
                     "compute_input": self.compute_input.to_json(),
                     "compute_infer": self.compute_infer.to_json(),
                     "compute_output": self.compute_output.to_json(),
-                    "cache_hit": Duration().to_json(),
-                    "cache_miss": Duration().to_json(),
+                    "cache_hit": self.cache_hit.to_json(),
+                    "cache_miss": self.cache_miss.to_json(),
                 },
                 "response_stats": {},
                 "batch_stats": [

@@ -59,6 +59,12 @@ class ModelVersion:
     def __post_init__(self) -> None:
         self.max_batch_size = self.config.max_batch_size
         self.decoupled = self.config.model_transaction_policy.decoupled
+        # Triton caches neither decoupled nor sequence-batched models' responses.
+        self.response_cache = (
+            self.config.response_cache.enable
+            and not self.decoupled
+            and not self.config.HasField("sequence_batching")
+        )
         self.version_text = str(self.version)
         self.all_outputs = tuple(RequestedOutput(name) for name in self.output_names)
 

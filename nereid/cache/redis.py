@@ -1,0 +1,60 @@
+"""The `redis` response cache: entries in a Redis server (the `redis` package, `pip install nereid[redis]`).
+
+Timeouts are short: a Redis server that does not answer costs a request at most the timeout, and the
+request is then served without the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from nereid.errors import Unavailable
+from nereid.settings import CacheSettings
+
+KEY_PREFIX = b"nereid:response:"
+T = TypeVar("T")
+
+
+async def _in_task(call: Coroutine[Any, Any, T]) -> T:
+    """redis times its calls out with asyncio.timeout, which needs a Task; an HTTP handler may run
+    outside one until it first waits."""
+    if asyncio.current_task() is None:
+        return await asyncio.ensure_future(call)
+    return await call
+
+
+class RedisStore:
+    def __init__(self, settings: CacheSettings) -> None:
+        try:
+            from redis import asyncio as aioredis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError:
+            raise Unavailable(
+                "--cache-config=redis needs the redis package: pip install 'nereid[redis]'"
+            ) from None
+        timeout_s = settings.timeout_ms / 1000
+        self._client = aioredis.Redis(
+            host=settings.host,
+            port=settings.port,
+            username=settings.user or None,
+            password=settings.password or None,
+            db=settings.db,
+            socket_connect_timeout=timeout_s,
+            socket_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),  # a request waits for one attempt at most, then goes on without
+        )
+        self._ttl_s = settings.ttl_s
+
+    async def get(self, digest: bytes) -> bytes | None:
+        entry: bytes | None = await _in_task(self._client.get(KEY_PREFIX + digest))
+        return entry
+
+    async def set(self, digest: bytes, entry: bytes) -> None:
+        await _in_task(self._client.set(KEY_PREFIX + digest, entry, ex=self._ttl_s or None))
+
+    def close(self) -> None:
+        # The connections close with the event loop; nothing holds resources outside it.
+        pass
