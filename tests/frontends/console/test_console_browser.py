@@ -205,3 +205,44 @@ def test_model_control_obeys_the_restricted_api(browser: Any, tmp_path: Any) -> 
     finally:
         context.close()
         stop(server.process)
+
+
+def test_page_helpers(page: Any, console_server: RunningServer) -> None:
+    """The page's arithmetic: latency quantiles from histogram deltas, box formats, tensor shapes."""
+    _open(page, console_server, "models")
+    results = page.evaluate(
+        """async () => {
+        const live = await import('/console/static/js/live.js');
+        const overlay = await import('/console/static/js/overlay.js');
+        const tensors = await import('/console/static/js/tensors.js');
+        const before = [[100, 5], [200, 5], [400, 5], [null, 5]];
+        const after = [[100, 5], [200, 55], [400, 105], [null, 106]];
+        return {
+          p50: live.quantile(0.5, before, after),
+          p99: live.quantile(0.99, before, after),
+          beyond: live.quantile(1.0, before, after),
+          none: live.quantile(0.5, after, after),
+          xyxy: overlay.boxPolygons([1, 2, 3, 4], [1, 4]),
+          example: overlay.boxPolygons([0, 10, 20, 19, 24], [1, 5]),
+          quad: overlay.boxPolygons([0, 0, 4, 0, 4, 2, 0, 2], [1, 4, 2]),
+          perChar: overlay.boxLabels(['HI A'], null, 3),
+          perBox: overlay.boxLabels(['one', 'two'], [0.5, 0.25], 2),
+          shape: tensors.concreteShape([-1, 16], true, 16),
+          free: tensors.concreteShape([-1, -1], false, 6),
+          text: tensors.parseValues('[[1, 2], [3.5, -4]]', 'FP32'),
+        };
+      }"""
+    )
+    # of the 101 requests, 50 took 100-200 us and 50 took 200-400 us: rank 50.5 falls just into the second
+    assert results["p50"] == pytest.approx(200 + 200 * 0.5 / 50)
+    assert results["p99"] == pytest.approx(200 + 200 * (0.99 * 101 - 50) / 50)
+    assert results["beyond"] == 400  # past the last bound: its lower edge
+    assert results["none"] is None
+    assert results["xyxy"] == [[[1, 2], [3, 2], [3, 4], [1, 4]]]
+    assert results["example"] == [[[20, 10], [25, 10], [25, 20], [20, 20]]]  # line, top, left, bottom, right
+    assert results["quad"] == [[[0, 0], [4, 0], [4, 2], [0, 2]]]
+    assert results["perChar"] == ["H", "I", "A"]
+    assert results["perBox"] == ["one 0.50", "two 0.25"]
+    assert results["shape"] == [1, 16]
+    assert results["free"] == [1, 6]
+    assert results["text"] == [1, 2, 3.5, -4]
