@@ -59,9 +59,18 @@ function chart(title, unit, series, testid, options = {}) {
     legend: { live: false },
     cursor: { show: false },
     // time charts always span the last POINTS seconds, so they scroll as the seconds pass
-    scales: { x: options.time === false ? { time: false } : { time: true, range: (u, min, max) => [max - POINTS, max] }, y: { range: (u, min, max) => [0, Math.max(max * 1.15, options.minMax ?? 1)] } },
-    axes: [{ stroke: "#555", grid: { stroke: "#eee" } }, { stroke: "#555", grid: { stroke: "#eee" }, size: 56 }],
-    series: [{}, ...series.map((label, i) => ({ label, stroke: COLORS[i], width: 2, ...(options.paths ? { paths: options.paths, fill: COLORS[i] + "88" } : {}) }))],
+    scales: { x: options.time === false ? { time: false, range: (u, min, max) => [min - 0.5, max + 0.5] } : { time: true, range: (u, min, max) => [max - POINTS, max] }, y: { range: (u, min, max) => [0, Math.max(max * 1.15, options.minMax ?? 1)] } },
+    axes: [{ stroke: "#555", grid: { stroke: "#eee" }, ...(options.time === false ? { splits: (u) => u.data[0] } : {}) }, { stroke: "#555", grid: { stroke: "#eee" }, size: 56 }],
+    series: [
+      {},
+      ...series.map((label, i) => ({
+        label,
+        stroke: COLORS[i],
+        width: 2,
+        dash: i === 1 ? [6, 4] : undefined, // a second series stays visible where it equals the first
+        ...(options.paths ? { paths: options.paths, fill: COLORS[i] + "88", points: { show: false } } : {}),
+      })),
+    ],
   };
   const empty = [[], ...series.map(() => [])];
   const plot = new uPlot(opts, empty, plotBox);

@@ -30,7 +30,8 @@ function inputField(input, batched) {
     return { input, batched, file, image, node: el("fieldset", {}, label, el("label", {}, t("image"), " ", file)) };
   }
   const isText = input.datatype === "BYTES";
-  const initial = isText ? Array.from({ length: Math.min(count || 1, 64) }, (_, i) => String(i)).join("\n") : Array.from({ length: Math.min(count || 1, 4096) }, (_, i) => (input.datatype === "BOOL" ? i % 2 === 1 : i)).join(" ");
+  // an example to edit: 0, 1, 2... (a single text element, usually a file's place, starts empty)
+  const initial = isText ? (count === 1 ? "" : Array.from({ length: Math.min(count || 1, 64) }, (_, i) => String(i)).join("\n")) : Array.from({ length: Math.min(count || 1, 4096) }, (_, i) => (input.datatype === "BOOL" ? i % 2 === 1 : i)).join(" ");
   const text = el("textarea", { name: input.name, rows: isText ? 4 : 2, spellcheck: "false" }, initial);
   const help = el("small", {}, t(isText ? "text_help" : "values_help"));
   const node = el("fieldset", {}, label, text, help);
