@@ -30,7 +30,7 @@ def browser() -> Iterator[object]:
         executable = None
     if executable is None:
         message = (
-            "needs Chromium (apt-get install chromium) and Playwright (pip install -e '.[console-test]')"
+            "needs Chromium (apt-get install chromium) and Playwright (pip install -e '.[test]')"
         )
         if os.environ.get("CI"):
             pytest.fail(message)  # CI installs both: a missing browser there is a broken CI, not a skip
