@@ -29,9 +29,7 @@ def browser() -> Iterator[object]:
     except ImportError:
         executable = None
     if executable is None:
-        message = (
-            "needs Chromium (apt-get install chromium) and Playwright (pip install -e '.[test]')"
-        )
+        message = "needs Chromium (apt-get install chromium) and Playwright (pip install -e '.[test]')"
         if os.environ.get("CI"):
             pytest.fail(message)  # CI installs both: a missing browser there is a broken CI, not a skip
         pytest.skip(message)
