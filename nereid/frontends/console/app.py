@@ -7,6 +7,7 @@ v2 API, so --http-restricted-api applies to the console exactly as it does to an
 from __future__ import annotations
 
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -14,6 +15,9 @@ from nereid.engine import Engine
 from nereid.frontends.console.source import ConsoleSource
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
 
 PREFIX = "/console"
 _TYPES = {
@@ -40,7 +44,7 @@ def _static_files() -> dict[str, tuple[bytes, bytes]]:
     """Relative path -> (content type, body) of every file the package ships under static/."""
     files: dict[str, tuple[bytes, bytes]] = {}
 
-    def walk(folder: resources.abc.Traversable, prefix: str) -> None:
+    def walk(folder: Traversable, prefix: str) -> None:
         for item in folder.iterdir():
             if item.is_dir():
                 walk(item, f"{prefix}{item.name}/")

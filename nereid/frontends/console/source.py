@@ -14,7 +14,7 @@ from typing import Any
 
 from nereid import metrics  # a module import: nereid.metrics imports the HTTP frontend, which mounts this
 from nereid.engine import Engine
-from nereid.frontends.console.hints import BatchingSetup, BatchingWindow, batching_hint
+from nereid.frontends.console.hints import BatchingSetup, BatchingWindow, Hint, batching_hint
 
 HINT_WINDOW_S = 10.0  # the hint reads the last this-many seconds of each model's statistics
 _CPU_MIN_INTERVAL_S = 0.5  # several open consoles share one CPU reading per half second
@@ -46,8 +46,9 @@ class ConsoleSource:
         for entry in stats:
             key = (entry["name"], entry["version"])
             inference = entry["inference_stats"]
+            # cumulative since the version loaded; a hint subtracts two of these (their times are in _history)
             counters[key] = BatchingWindow(
-                seconds=now,
+                seconds=0.0,
                 requests=inference["success"]["count"],
                 executions=entry["execution_count"],
                 inferences=entry["inference_count"],
@@ -96,7 +97,7 @@ class ConsoleSource:
         while len(self._history) > 2 and self._history[1][0] <= now - HINT_WINDOW_S:
             self._history.popleft()
 
-    def _hint(self, key: Key, now: float) -> Any:
+    def _hint(self, key: Key, now: float) -> Hint | None:
         then_at, then = self._history[0]
         current = self._history[-1][1][key]
         before = then.get(key)
@@ -110,6 +111,8 @@ class ConsoleSource:
             request_ns=current.request_ns - before.request_ns,
             queue_ns=current.queue_ns - before.queue_ns,
         )
+        if window.requests < 0:  # the version reloaded and its counters restarted
+            return None
         return batching_hint(self._setup(*key), window)
 
     def _setup(self, name: str, version: str) -> BatchingSetup:
