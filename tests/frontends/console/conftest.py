@@ -21,7 +21,9 @@ def _chromium() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+# Module scope: while Playwright's sync API is open, its event loop counts as running in this thread, so
+# asyncio.run() in the tests of other modules would fail.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     executable = _chromium()
     try:

@@ -42,7 +42,9 @@ export async function renderModels(root, info) {
     await refresh();
   }
 
+  let latest = 0; // refreshes overlap (timer and actions): only the last one started may draw
   async function refresh() {
+    const mine = ++latest;
     let index;
     try {
       index = await api.index();
@@ -58,12 +60,18 @@ export async function renderModels(root, info) {
       ),
     );
     const rows = await Promise.all(index.map((entry) => row(entry, explicit, act)));
+    if (mine !== latest) return;
+    // configurations a reader unfolded stay unfolded across refreshes
+    const unfolded = new Set([...table.querySelectorAll("details[open]")].map((d) => d.dataset.key));
     table.replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows.flat()));
+    for (const details of table.querySelectorAll("details")) details.open = unfolded.has(details.dataset.key);
     if (!index.length) table.append(el("caption", {}, t("no_models")));
   }
 
   await refresh();
-  return { refresh };
+  // models change on their own too (--model-control-mode=poll, other clients): look again every 5 s
+  const timer = setInterval(refresh, 5000);
+  return { stop: () => clearInterval(timer) };
 }
 
 async function row(entry, explicit, act) {
@@ -101,7 +109,7 @@ async function row(entry, explicit, act) {
     el(
       "td",
       { colspan: 9 },
-      el("details", {}, el("summary", {}, t("config")), el("pre", { class: "config" }, JSON.stringify(config, null, 2))),
+      el("details", { "data-key": `${entry.name}/${entry.version}` }, el("summary", {}, t("config")), el("pre", { class: "config" }, JSON.stringify(config, null, 2))),
     ),
   );
   return [main, details];
