@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -65,6 +66,12 @@ class Poller:
             browser.close()
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def snapshot_cpu_ms(count: int = 200) -> float:
     """CPU time of one snapshot of the bundled examples (four models), measured in this process."""
     from nereid.frontends.console.source import ConsoleSource
@@ -86,7 +93,7 @@ def snapshot_cpu_ms(count: int = 200) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--duration", type=int, default=3, help="seconds per round")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of each, alternating")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of each, alternating")
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--browser", action="store_true", help="poll with headless Chromium on the live page")
     args = parser.parse_args()
@@ -100,17 +107,38 @@ def main() -> int:
             script = lua_script(Path(directory), json.dumps(SIMPLE_BODY))
             run_wrk(wrk, url, script, 1, args.connections)  # warm-up
             closed, opened, polls = [], [], []
+            cpu: dict[bool, list[float]] = {False: [], True: []}  # server CPU microseconds per request
+
+            def measure(console_open: bool) -> float:
+                before = _cpu_seconds(server.pid)
+                rate = run_wrk(wrk, url, script, args.duration, args.connections)
+                cpu[console_open].append((_cpu_seconds(server.pid) - before) / (rate * args.duration) * 1e6)
+                return rate
+
             for round_ in range(args.rounds):
-                closed.append(run_wrk(wrk, url, script, args.duration, args.connections))
-                with Poller(port, args.browser) as poller:
-                    opened.append(run_wrk(wrk, url, script, args.duration, args.connections))
-                polls += poller.polls
-                print(f"round {round_ + 1}: closed {closed[-1]:8.0f} req/s   open {opened[-1]:8.0f} req/s")
+                # closed first in odd rounds, open first in even ones, so that a drift in the machine's
+                # load does not favour either
+                for console_open in (False, True) if round_ % 2 == 0 else (True, False):
+                    if not console_open:
+                        closed.append(measure(False))
+                        continue
+                    with Poller(port, args.browser) as poller:
+                        opened.append(measure(True))
+                    polls += poller.polls
+                print(
+                    f"round {round_ + 1}: closed {closed[-1]:8.0f} req/s {cpu[False][-1]:6.1f} us CPU/req   "
+                    f"open {opened[-1]:8.0f} req/s {cpu[True][-1]:6.1f} us CPU/req"
+                )
     finally:
         stop(server)
     ratio = statistics.median(opened) / statistics.median(closed)
     print(f"median: closed {statistics.median(closed):.0f} req/s, open {statistics.median(opened):.0f} req/s")
     print(f"open/closed: {ratio:.3f}")
+    closed_cpu, open_cpu = statistics.median(cpu[False]), statistics.median(cpu[True])
+    print(
+        f"server CPU per request: closed {closed_cpu:.1f} us, open {open_cpu:.1f} us, "
+        f"open/closed {open_cpu / closed_cpu:.3f}"
+    )
     if polls:
         print(f"snapshot under load: median {statistics.median(polls) * 1000:.1f} ms over {len(polls)} polls")
     cpu = snapshot_cpu_ms()
