@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="counter_latencies, summary_latencies (BOOL) or summary_quantiles (Q:ERROR[,Q:ERROR...])",
     )
     p.add_argument("--allow-client-shm", type=_bool, default=True, metavar="BOOL")
+    p.add_argument(
+        "--allow-console", type=_bool, default=True, metavar="BOOL", help="the web console at /console"
+    )
     p.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS")
     p.add_argument(
         "--grpc-restricted-protocol",
@@ -267,6 +270,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         load_models=tuple(args.load_model),
         repository_poll_secs=args.repository_poll_secs,
         allow_client_shm=args.allow_client_shm,
+        allow_console=args.allow_console,
         http_restricted_api=tuple(
             _restricted_api(item, "--http-restricted-api") for item in args.http_restricted_api
         ),

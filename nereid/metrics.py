@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from nereid.engine_client import EngineClient, ModelMetrics
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.settings import MetricsConfig
-from nereid.statistics import FAILURE_REASONS, QUEUE_DELAY_BUCKETS_US
+from nereid.statistics import FAILURE_REASONS, QUEUE_DELAY_BUCKETS_US, REQUEST_DURATION_BUCKETS_US
 
 Labels = dict[str, str]
 
@@ -273,6 +273,11 @@ def _batching_families(models: list[ModelMetrics]) -> list[Family]:
         "Time each successful request waited in the scheduler's queue, in microseconds",
         "histogram",
     )
+    durations = Family(
+        "nereid_inference_request_duration_us",
+        "Duration of each successful request, arrival to response, in microseconds",
+        "histogram",
+    )
     for model in models:
         labels = _labels(model)
         s = model.statistics
@@ -288,16 +293,13 @@ def _batching_families(models: list[ModelMetrics]) -> list[Family]:
             s.inference_count,
             s.execution_count,
         )
-        cumulative = list(itertools.accumulate(s.queue_delays))
-        delays.suffixed += _buckets(
-            labels,
-            list(QUEUE_DELAY_BUCKETS_US),
-            cumulative[:-1],
-            cumulative[-1],
-            s.queue.ns // 1000,
-            s.queue.count,
+        delays.suffixed += _fixed_buckets(
+            labels, QUEUE_DELAY_BUCKETS_US, s.queue_delays, s.queue.ns // 1000, s.queue.count
         )
-    return [sizes, delays]
+        durations.suffixed += _fixed_buckets(
+            labels, REQUEST_DURATION_BUCKETS_US, s.request_durations, s.success.ns // 1000, s.success.count
+        )
+    return [sizes, delays, durations]
 
 
 def _buckets(
@@ -308,6 +310,14 @@ def _buckets(
     ]
     rows += [("_bucket", {**labels, "le": "+Inf"}, total), ("_sum", labels, sum_), ("_count", labels, count)]
     return rows
+
+
+def _fixed_buckets(
+    labels: Labels, bounds: tuple[int, ...], per_bucket: list[int], sum_: float, count: int
+) -> list[tuple[str, Labels, float]]:
+    """A histogram kept as counts per bucket (the last one +Inf), not cumulative."""
+    cumulative = list(itertools.accumulate(per_bucket))
+    return _buckets(labels, list(bounds), cumulative[:-1], cumulative[-1], sum_, count)
 
 
 def _labels(model: ModelMetrics) -> Labels:

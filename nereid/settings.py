@@ -143,6 +143,7 @@ class ServerSettings:
     http_restricted_api: tuple[RestrictedApi, ...] = ()
     grpc_restricted_protocol: tuple[RestrictedApi, ...] = ()
     allow_client_shm: bool = True  # clients may register system / CUDA shared memory regions
+    allow_console: bool = True  # the web console at /console on the HTTP port
     # gRPC
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"

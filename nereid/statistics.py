@@ -35,6 +35,13 @@ QUEUE_DELAY_BUCKETS_US = (
     1_000_000,
 )
 
+# Upper bounds, in microseconds, of the request-duration histogram (successful requests, arrival to
+# response): fine enough that quantiles interpolated between bounds (p50, p99) stay within a few percent.
+REQUEST_DURATION_BUCKETS_US = (
+    25, 50, 100, 175, 250, 375, 500, 750, 1_000, 1_500, 2_500, 3_500, 5_000, 7_500, 10_000, 15_000,
+    25_000, 35_000, 50_000, 75_000, 100_000, 150_000, 250_000, 500_000, 1_000_000, 2_500_000, 10_000_000,
+)  # fmt: skip
+
 
 @dataclass(slots=True)
 class RequestTiming:
@@ -86,6 +93,7 @@ class ModelStatistics:
         self.cache_miss = Duration()  # lookups that did not, plus the insert of the response
         self._batches: dict[int, _BatchStats] = {}
         self.queue_delays = [0] * (len(QUEUE_DELAY_BUCKETS_US) + 1)  # requests per bucket, not cumulative
+        self.request_durations = [0] * (len(REQUEST_DURATION_BUCKETS_US) + 1)  # the same, successes
 
     def record_request(
         self, batch_size: int, request_ns: int, timing: RequestTiming, input_ns: int, output_ns: int
@@ -117,6 +125,7 @@ class ModelStatistics:
             batch.compute_output.count += 1
             batch.compute_output.ns += output_ns
             self.queue_delays[bisect.bisect_left(QUEUE_DELAY_BUCKETS_US, queue_ns / 1000)] += 1
+            self.request_durations[bisect.bisect_left(REQUEST_DURATION_BUCKETS_US, request_ns / 1000)] += 1
             if self.summaries is not None:
                 self.summaries.observe(request_ns, queue_ns, input_ns, infer_ns, output_ns)
 
@@ -132,6 +141,7 @@ class ModelStatistics:
             self.compute_infer.add(timing.infer_ns)
             self.compute_output.add(output_ns)
             self._count_queue_delay(timing.queue_ns)
+            self.request_durations[bisect.bisect_left(REQUEST_DURATION_BUCKETS_US, request_ns / 1000)] += 1
             if self.summaries is not None:
                 self.summaries.observe(request_ns, timing.queue_ns, input_ns, timing.infer_ns, output_ns)
 

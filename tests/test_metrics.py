@@ -101,6 +101,10 @@ def test_batch_size_and_queue_delay_histograms() -> None:
         assert samples[f"nereid_inference_batch_size_count{{{label}}}"] == 3
         assert samples[f"nereid_inference_queue_delay_us_count{{{label}}}"] == 3
         assert samples[f'nereid_inference_queue_delay_us_bucket{{le="+Inf",{label}}}'] == 3
+        assert samples[f'nereid_inference_request_duration_us_bucket{{le="+Inf",{label}}}'] == 3
+        assert samples[f'nereid_inference_request_duration_us_bucket{{le="10000000",{label}}}'] == 3
+        assert samples[f'nereid_inference_request_duration_us_bucket{{le="25",{label}}}'] <= 3
+        assert samples[f"nereid_inference_request_duration_us_count{{{label}}}"] == 3
     finally:
         engine.shutdown()
 

@@ -7,7 +7,7 @@ request is then served without the cache.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from nereid.errors import Unavailable
@@ -17,7 +17,7 @@ KEY_PREFIX = b"nereid:response:"
 T = TypeVar("T")
 
 
-async def _in_task(call: Coroutine[Any, Any, T]) -> T:
+async def _in_task(call: Awaitable[T]) -> T:
     """redis times its calls out with asyncio.timeout, which needs a Task; an HTTP handler may run
     outside one until it first waits."""
     if asyncio.current_task() is None:
@@ -29,8 +29,8 @@ class RedisStore:
     def __init__(self, settings: CacheSettings) -> None:
         try:
             from redis import asyncio as aioredis
+            from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
-            from redis.retry import Retry
         except ImportError:
             raise Unavailable(
                 "--cache-config=redis needs the redis package: pip install 'nereid[redis]'"
@@ -49,8 +49,8 @@ class RedisStore:
         self._ttl_s = settings.ttl_s
 
     async def get(self, digest: bytes) -> bytes | None:
-        entry: bytes | None = await _in_task(self._client.get(KEY_PREFIX + digest))
-        return entry
+        entry: Any = await _in_task(self._client.get(KEY_PREFIX + digest))
+        return entry if isinstance(entry, bytes) else None
 
     async def set(self, digest: bytes, entry: bytes) -> None:
         await _in_task(self._client.set(KEY_PREFIX + digest, entry, ex=self._ttl_s or None))

@@ -20,6 +20,7 @@ from nereid.errors import (
     request_prefix,
     unexpected,
 )
+from nereid.frontends import console
 from nereid.frontends.http.codec import (
     decode_infer_request,
     decode_raw_binary_request,
@@ -97,6 +98,7 @@ class HttpFrontend:
         self._engine = engine
         self._max_input = settings.http_max_input_size
         self._restricted = {group: rule for rule in settings.http_restricted_api for group in rule.groups}
+        self._console = console.Console(engine, settings) if settings.allow_console else None
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         try:
@@ -176,6 +178,8 @@ class HttpFrontend:
                 kind, region, action = match.groups()
                 _allow(method, "GET" if action == "status" else "POST")
                 return self._shared_memory(kind, region, action, request.body), False
+        if self._console is not None and (path == console.PREFIX or path.startswith(console.PREFIX + "/")):
+            return self._console.handle(request), False
         if _LATER.fullmatch(path) or _MODEL_ROUTE.fullmatch(path):
             message = f"'{path}' belongs to an extension this server does not implement yet"
             return error_response(501, message), False
@@ -266,6 +270,8 @@ def _api_group(path: str) -> str | None:
         return "logging"
     if "sharedmemory" in path:
         return "shared-memory"
+    if path.startswith("/console/api/"):  # the console's live view reads the statistics
+        return "statistics"
     match = _MODEL_ROUTE.fullmatch(path)
     return _GROUP_BY_ACTION.get(match.group(3)) if match is not None else None
 

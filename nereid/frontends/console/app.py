@@ -1,0 +1,92 @@
+"""The web console's routes on the HTTP port: its page, its static files and its live snapshots.
+
+The page does everything else (repository index, configs, load / unload, infer) through the standard
+v2 API, so --http-restricted-api applies to the console exactly as it does to any client.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import TYPE_CHECKING
+
+import orjson
+
+from nereid.engine_client import EngineClient
+from nereid.frontends.console.source import ConsoleSource
+from nereid.frontends.http.protocol import HttpRequest, HttpResponse
+from nereid.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
+
+PREFIX = "/console"
+_TYPES = {
+    ".html": b"text/html; charset=utf-8",
+    ".js": b"text/javascript; charset=utf-8",
+    ".css": b"text/css; charset=utf-8",
+    ".svg": b"image/svg+xml",
+    ".png": b"image/png",
+    ".LICENSE": b"text/plain; charset=utf-8",
+}
+# The page loads nothing from elsewhere; the browser enforces it.
+_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; "
+        b"connect-src 'self'; frame-ancestors 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"cache-control", b"no-cache"),
+]
+
+
+def _static_files() -> dict[str, tuple[bytes, bytes]]:
+    """Relative path -> (content type, body) of every file the package ships under static/."""
+    files: dict[str, tuple[bytes, bytes]] = {}
+
+    def walk(folder: Traversable, prefix: str) -> None:
+        for item in folder.iterdir():
+            if item.is_dir():
+                walk(item, f"{prefix}{item.name}/")
+                continue
+            suffix = "." + item.name.rsplit(".", 1)[-1]
+            if suffix in _TYPES:
+                files[prefix + item.name] = (_TYPES[suffix], item.read_bytes())
+
+    walk(resources.files(__package__) / "static", "")
+    return files
+
+
+class Console:
+    """Answers GET requests under /console."""
+
+    def __init__(self, engine: EngineClient, settings: ServerSettings) -> None:
+        self._source = ConsoleSource(engine)
+        self._files = _static_files()
+        self._info = orjson.dumps(
+            {
+                "model_control_mode": settings.model_control_mode,
+                "restricted": sorted(
+                    {group for rule in settings.http_restricted_api for group in rule.groups}
+                ),
+            }
+        )
+
+    def handle(self, request: HttpRequest) -> HttpResponse:
+        path = request.path[len(PREFIX) :]
+        if request.method != "GET":
+            return _answer(405, b"text/plain", b"Method Not Allowed")
+        if path in ("", "/"):
+            return _answer(200, *self._files["index.html"])
+        if path == "/api/live":
+            return _answer(200, b"application/json", orjson.dumps(self._source.snapshot()))
+        if path == "/api/info":
+            return _answer(200, b"application/json", self._info)
+        found = self._files.get(path.removeprefix("/static/")) if path.startswith("/static/") else None
+        if found is None:
+            return _answer(404, b"text/plain", b"Not Found")
+        return _answer(200, *found)
+
+
+def _answer(status: int, content_type: bytes, body: bytes) -> HttpResponse:
+    return HttpResponse(status, body, [(b"content-type", content_type), *_HEADERS])
