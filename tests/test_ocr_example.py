@@ -8,6 +8,7 @@ import concurrent.futures
 import importlib.util
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -148,23 +149,41 @@ def test_a_file_that_is_not_an_image_is_the_clients_error(server: RunningServer,
     ]
 
 
-def test_the_recogniser_batches_crops_across_requests(server: RunningServer) -> None:
-    def stats() -> dict:
-        with httpclient.InferenceServerClient(server.url) as client:
-            return client.get_inference_statistics("text_recognition")["model_stats"][0]
-
-    before = stats()
-    image = _image("english-lines")
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda m: _read(server, m, "http", image), ["ocr", "ocr_bls"] * 8))
-    assert all(len(r) == 2 for r in results)
-    after = stats()
-    requests = int(after["inference_stats"]["success"]["count"]) - int(
-        before["inference_stats"]["success"]["count"]
+@pytest.fixture
+def patient_server(tmp_path: Path) -> Iterator[RunningServer]:
+    """The example, with a recogniser that waits up to 2 s for 4 crops (two pages) before it runs."""
+    prepare(OCR / "model_repository")
+    shutil.copytree(OCR / "model_repository", tmp_path / "repository")
+    config = tmp_path / "repository" / "text_recognition" / "config.pbtxt"
+    config.write_text(
+        re.sub(
+            r"dynamic_batching \{[^}]*\}",
+            "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 2000000 }",
+            config.read_text(),
+        )
     )
-    executions = int(after["execution_count"]) - int(before["execution_count"])
-    assert requests == 16
-    assert executions < requests  # some batches held the crops of several requests
+    running = start_nereid(tmp_path / "repository", tmp_path / "nereid.log")
+    try:
+        yield running
+    finally:
+        stop(running.process)
+
+
+def test_the_recogniser_batches_crops_across_requests(patient_server: RunningServer) -> None:
+    """Pages of different sizes and line lengths (both pipelines) meet in the recogniser's batches."""
+    pages = [
+        render(["The quick brown fox", "jumps over 13 lazy dogs"], "serif"),
+        render(["Serving several models", "as one"], "sans", size=36),
+    ]
+    calls = [(model, page) for model in ("ocr", "ocr_bls") for page in pages] * 2
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        results = list(pool.map(lambda call: _read(patient_server, call[0], "http", call[1]), calls))
+    assert [len(r) for r in results] == [2] * len(calls)
+    with httpclient.InferenceServerClient(patient_server.url) as client:
+        stats = client.get_inference_statistics("text_recognition")["model_stats"][0]
+    assert int(stats["inference_stats"]["success"]["count"]) == len(calls)
+    assert int(stats["inference_count"]) == 2 * len(calls)  # crops
+    assert int(stats["execution_count"]) < len(calls)  # some batches held the crops of several pages
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
