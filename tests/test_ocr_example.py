@@ -21,12 +21,16 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from PIL import Image
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import RunningServer, start_nereid, stop
 
 OCR = Path(__file__).resolve().parent.parent / "examples" / "ocr"
+# Without the `ocr` extra (pip install -e '.[ocr]') or the fonts the pages are drawn with, these tests
+# skip, as the framework backends' do without their frameworks; CI installs both.
+for _module_name in ("cv2", "pyclipper", "shapely", "rapidocr_onnxruntime"):
+    pytest.importorskip(_module_name, reason="the OCR example needs: pip install -e '.[ocr]'")
+Image = pytest.importorskip("PIL.Image", reason="the OCR example needs: pip install -e '.[ocr]'")
 
 
 def _module(name: str) -> ModuleType:
@@ -37,7 +41,13 @@ def _module(name: str) -> ModuleType:
     return module
 
 
-render = _module("render").render
+render_module = _module("render")
+render = render_module.render
+if not all(path.is_file() for path in render_module.FONTS.values()):
+    pytest.skip(
+        "the OCR tests draw with: apt-get install fonts-dejavu-core fonts-wqy-microhei",
+        allow_module_level=True,
+    )
 client_module = _module("client")
 prepare = _module("prepare").prepare
 
