@@ -105,7 +105,7 @@ def own_cpu_seconds() -> float:
 def recogniser_stats(port: int) -> tuple[int, int, int]:
     """(pages, crops, executions) the recogniser has counted."""
     url = f"http://127.0.0.1:{port}/v2/models/text_recognition/stats"
-    with urllib.request.urlopen(url, timeout=10) as answer:
+    with urllib.request.urlopen(url, timeout=60) as answer:
         stats = json.load(answer)["model_stats"][0]
     pages = int(stats["inference_stats"]["success"]["count"])
     return pages, int(stats["inference_count"]), int(stats["execution_count"])
