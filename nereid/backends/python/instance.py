@@ -239,9 +239,9 @@ class PythonInstance:
         (BLS answers carry their tensors inline, so a frame may be megabytes)."""
         loop = worker.loop
         if loop is None or loop.is_closed() or not _on_loop_thread(loop):
-            if loop is not None and loop.is_running():
+            if worker.outbox and loop is not None and loop.is_running():  # behind what waits there
                 _call_on(loop, self._write, worker, frame, fd)
-            else:
+            else:  # another thread (a batcher's) may wait for the worker: the loop goes on meanwhile
                 self._write_blocking(worker, frame, fd)
             return
         if worker.outbox is None:
@@ -252,7 +252,7 @@ class PythonInstance:
             worker.outbox.clear()
 
     def _write_blocking(self, worker: WorkerProcess, frame: bytes, fd: int) -> None:
-        """Before a loop watches the socket: wait a while for a worker that does not read."""
+        """Off the loop: wait a while for a worker that does not read."""
         try:
             sent = send(worker.sock, frame, fd)
             if sent < len(frame):
