@@ -1,4 +1,4 @@
-"""The OCR ensemble (examples/ocr) under perf_analyzer, Nereid against the real Triton.
+"""The OCR ensemble (the toy pipeline in tests/ocr_toy) under perf_analyzer, Nereid against the real Triton.
 
 The real Triton here has only the Python backend, so both servers serve one repository where the
 pipeline's two ONNX models are replaced by Python twins computing the same (bench/ocr_twins): five
@@ -23,7 +23,7 @@ from _common import ROOT, free_port, start_nereid, stop, wait_ready
 from perf_analyzer import install_perf_analyzer, measure_model
 from python_backend import _median_row, round_ratios, start_triton
 
-OCR = ROOT / "examples" / "ocr"
+OCR = ROOT / "tests" / "ocr_toy"
 TWINS = Path(__file__).resolve().parent / "ocr_twins"
 MODEL = "ocr"
 TEXT = "HELLO NEREID\n2026"

@@ -13,14 +13,12 @@ submitted meanwhile wait for it; when it cannot start either, they fail and the 
 
 from __future__ import annotations
 
-import array
 import asyncio
 import collections
 import contextlib
 import itertools
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +28,7 @@ from typing import Any
 from nereid.backends.base import BackendRequest, ExecutionDone, InstanceSpec
 from nereid.backends.python.bls import serve_bls, serve_control
 from nereid.backends.python.messages import decode_inline_result, decode_result, encode_request
+from nereid.backends.python.outbox import Outbox, send
 from nereid.backends.python.process import WorkerLaunch, WorkerProcess, exit_description, start_worker
 from nereid.backends.python.worker import wire
 from nereid.backends.responses import ResponseStream
@@ -237,26 +236,33 @@ class PythonInstance:
             )
 
     def _write(self, worker: WorkerProcess, frame: bytes, fd: int = -1) -> None:
-        """Send without blocking the loop; frames are small, so the socket buffer takes them whole."""
-        sock = worker.sock
+        """Send without blocking the loop: what the socket cannot take now waits in the worker's outbox
+        (BLS answers carry their tensors inline, so a frame may be megabytes)."""
+        loop = worker.loop
+        if loop is None or loop.is_closed() or not _on_loop_thread(loop):
+            if worker.outbox and loop is not None and loop.is_running():  # behind what waits there
+                _call_on(loop, self._write, worker, frame, fd)
+            else:  # another thread (a batcher's) may wait for the worker: the loop goes on meanwhile
+                self._write_blocking(worker, frame, fd)
+            return
+        if worker.outbox is None:
+            worker.outbox = Outbox(worker.sock, self._launch.stub_timeout_s, lambda: _stopped_reading(worker))
         try:
-            if fd >= 0:
-                sent = sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
-            else:
-                sent = sock.send(frame)
-        except BlockingIOError:
-            sent = 0
+            worker.outbox.write(frame, fd, loop)
+        except OSError:  # the worker is gone; its exit fails the executions
+            worker.outbox.clear()
+
+    def _write_blocking(self, worker: WorkerProcess, frame: bytes, fd: int) -> None:
+        """Off the loop: wait a while for a worker that does not read."""
+        try:
+            sent = send(worker.sock, frame, fd)
+            if sent < len(frame):
+                worker.sock.settimeout(self._launch.stub_timeout_s)
+                worker.sock.sendall(frame[sent:])
         except OSError:
-            return  # the worker is gone; its exit fails the executions
-        if sent < len(frame):  # a worker that stopped reading: give it a moment, then treat it as hung
-            try:
-                sock.settimeout(self._launch.stub_timeout_s)
-                sock.sendall(frame[sent:])
-            except OSError:
-                worker.kill_reason = "stopped reading its requests"
-                worker.kill()
-            finally:
-                sock.setblocking(False)
+            _stopped_reading(worker)
+        finally:
+            worker.sock.setblocking(False)
 
     # receiving, on the event loop
     def _bind(self, worker: WorkerProcess, loop: asyncio.AbstractEventLoop) -> None:
@@ -278,12 +284,12 @@ class PythonInstance:
         if fd < 0:
             return
         if not loop.is_running() or _on_loop_thread(loop):
-            loop.remove_reader(fd)
+            _stop_watching(worker, loop, fd)
             return
         removed = threading.Event()
 
         def remove() -> None:
-            loop.remove_reader(fd)
+            _stop_watching(worker, loop, fd)
             removed.set()
 
         with contextlib.suppress(RuntimeError):
@@ -488,6 +494,18 @@ def _replace(arenas: list[wire.Arena | None], slot: int, arena: wire.Arena) -> N
 def _end(worker: WorkerProcess) -> None:
     if worker.process.poll() is None:
         worker.kill_reason = "closed its connection to the server"
+        worker.kill()
+
+
+def _stop_watching(worker: WorkerProcess, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    loop.remove_reader(fd)
+    if worker.outbox is not None:  # what was still to be sent goes nowhere
+        worker.outbox.clear()
+
+
+def _stopped_reading(worker: WorkerProcess) -> None:
+    if worker.process.poll() is None:
+        worker.kill_reason = "stopped reading its requests"
         worker.kill()
 
 

@@ -66,6 +66,7 @@ class WorkerProcess:
     kill_reason: str | None = None  # set when the server kills it (execute timeout)
     frames: list[tuple[Any, ...]] = field(default_factory=list)
     loop: asyncio.AbstractEventLoop | None = None  # the event loop watching the socket
+    outbox: Any = None  # the frames the socket could not take yet (an Outbox, made on the loop)
 
     @classmethod
     def spawn(cls, launch: WorkerLaunch, label: str) -> WorkerProcess:

@@ -5,7 +5,7 @@ text_detection: PIXELS [H, W] -> TEXT_MAP [H, W], sigmoid(10 * (3x3 ink sum - 0.
 text_recognition: GLYPHS [N, 35] -> PROBS [N, 36], softmax over the cosine similarity of each glyph to
   the font's templates (left-aligned, as the crop step samples them).
 
-    python examples/ocr/build_models.py [--output DIR]
+    python tests/ocr_toy/build_models.py [--output DIR]
 """
 
 from __future__ import annotations
