@@ -84,6 +84,7 @@ async def _serve(engine: Engine, settings: ServerSettings) -> int:
     grpc_server: grpc.aio.Server | None = None
     metrics: HttpServer | None = None
     sampler: asyncio.Task[None] | None = None
+    frontend: HttpFrontend | None = None
     try:
         if settings.allow_grpc:
             grpc_server, port = await start_grpc_server(engine, settings)
@@ -124,6 +125,8 @@ async def _serve(engine: Engine, settings: ServerSettings) -> int:
     if sampler is not None:
         sampler.cancel()
     await _stop(http, grpc_server, metrics, settings.exit_timeout_secs)
+    if frontend is not None:
+        frontend.close()
     return 0
 
 

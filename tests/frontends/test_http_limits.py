@@ -24,9 +24,14 @@ from nereid.frontends.http.protocol import (
     HttpServer,
 )
 
-# The probe's worst latency while an attack runs. It runs on the server's own loop, so it measures how
-# long the loop was held; 100 ms holds on a loaded 2-core machine because every attack is cut off early.
-PROBE_BOUND_S = 0.1
+# What "nobody else delayed" means while an attack runs, checked two ways. The event loop's own CPU time
+# over the attack (it runs in the test's thread, the attackers in others) is a load-independent measure of
+# how long it could have been held: under half a second, where parsing the attacks took seconds to a
+# minute. The probe's median latency stays under 100 ms; its worst case is held to a generous second,
+# because on a shared 2-core machine under heavy load a process can wait that long for a CPU at all.
+LOOP_CPU_BOUND_S = 0.5
+PROBE_MEDIAN_BOUND_S = 0.1
+PROBE_WORST_BOUND_S = 1.0
 _SEND_PIECE = 256 * 1024
 _PIECES = {c: c * _SEND_PIECE for c in (b"a", b"m")}  # made once: attackers allocate nothing while they run
 
@@ -69,7 +74,7 @@ def _attack(port: int, head: bytes, repeat: Callable[[int], bytes] | None, total
 
 async def _under_attack(port: int, attacks: list[Callable[[], int]]) -> tuple[list[int], list[float]]:
     """Run the attacks in threads; meanwhile probe the server on a keep-alive connection. Returns the
-    attacks' statuses and the probe latencies."""
+    attacks' statuses and the probe latencies; checks the loop's CPU time."""
     statuses: list[int] = []
     done = threading.Event()
 
@@ -84,6 +89,7 @@ async def _under_attack(port: int, attacks: list[Callable[[], int]]) -> tuple[li
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     latencies: list[float] = []
     runner = threading.Thread(target=run_all)
+    loop_cpu = time.thread_time()
     runner.start()
     try:
         deadline = time.monotonic() + 30
@@ -99,13 +105,17 @@ async def _under_attack(port: int, attacks: list[Callable[[], int]]) -> tuple[li
     finally:
         writer.close()
         await asyncio.to_thread(runner.join)
+    loop_cpu = time.thread_time() - loop_cpu
+    assert loop_cpu < LOOP_CPU_BOUND_S, f"the event loop spent {loop_cpu:.2f} s of CPU during the attack"
     return statuses, latencies
 
 
 def _check_probe(latencies: list[float]) -> None:
-    assert max(latencies) < PROBE_BOUND_S, (
+    message = (
         f"probe worst {max(latencies) * 1000:.0f} ms, median {statistics.median(latencies) * 1000:.1f} ms"
     )
+    assert statistics.median(latencies) < PROBE_MEDIAN_BOUND_S, message
+    assert max(latencies) < PROBE_WORST_BOUND_S, message
 
 
 def test_one_huge_header_line_from_four_connections_is_refused_431() -> None:

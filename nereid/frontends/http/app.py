@@ -21,6 +21,7 @@ from nereid.frontends.http.codec import (
 from nereid.frontends.http.compression import choose_encoding, compress, decompress
 from nereid.frontends.http.generate import event_stream, generate, wants_events
 from nereid.frontends.http.generate import generate_request as decode_generate_request
+from nereid.frontends.http.large_bodies import OFF_LOOP_FROM, LargeBodyDecoder
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.frontends.http.repository import (
     decode_cuda_register,
@@ -85,6 +86,10 @@ class HttpFrontend:
         self._engine = engine
         self._max_input = settings.http_max_input_size
         self._restricted = {group: rule for rule in settings.http_restricted_api for group in rule.groups}
+        self._large_bodies = LargeBodyDecoder()
+
+    def close(self) -> None:
+        self._large_bodies.close()
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         try:
@@ -215,6 +220,8 @@ class HttpFrontend:
         if header_length == 0:
             model = self._engine.models.get(name, version)
             infer_request = decode_raw_binary_request(body, name, version, *_raw_input(model, len(body)))
+        elif len(body) >= OFF_LOOP_FROM and (header_length is None or header_length >= OFF_LOOP_FROM):
+            infer_request = await self._large_bodies.decode(body, header_length, name, version)
         else:
             infer_request = decode_infer_request(body, header_length, name, version)
         try:
