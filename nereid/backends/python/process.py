@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,22 @@ def exit_description(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+# Every worker still running, so that a server out of time on its way out can kill them all at once.
+_LIVE: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+
+
+def kill_all_workers() -> int:
+    """SIGKILL every Python worker still running (a hung model must not hold the server's exit); returns
+    how many were killed."""
+    killed = 0
+    for worker in list(_LIVE):
+        if worker.process.poll() is None:
+            worker.kill_reason = "was killed because the server is exiting"
+            worker.kill()
+            killed += 1
+    return killed
+
+
 @dataclass(eq=False)
 class WorkerProcess:
     """A started worker: its process, the server's end of the socket, and the two tensor arenas."""
@@ -82,7 +99,9 @@ class WorkerProcess:
             raise Unavailable(f"cannot start a Python worker with '{launch.python}': {exc}") from None
         finally:
             child.close()
-        return cls(process, parent, label)
+        worker = cls(process, parent, label)
+        _LIVE.add(worker)
+        return worker
 
     # blocking exchanges, before an event loop watches the socket (or after it stopped)
     def request(

@@ -146,16 +146,26 @@ class HttpServer:
             self._server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        deadline = time.monotonic() + timeout_s
+        # Requests that already reached the server's sockets are read and answered (with connection:
+        # close) rather than reset: the loop takes one more look at every socket before idle ones close.
+        for connection in self._connections:
+            connection.closing = True
+        for _ in range(2):
+            await asyncio.sleep(0)
         for connection in list(self._connections):
             connection.close_when_idle()
-        deadline = time.monotonic() + timeout_s
         while self._connections and time.monotonic() < deadline:
             busy = [c.wait_idle() for c in self._connections if c.busy]
             if not busy:
                 break
             await asyncio.wait(busy, timeout=deadline - time.monotonic())
+        # Out of time: what still runs is answered with an error, so that its client knows.
+        late = self._error_response(
+            503, f"the server is stopping and this request did not finish in {timeout_s:g} s"
+        )
         for connection in list(self._connections):
-            connection.abort()
+            connection.fail_in_flight(late)
 
     async def _close_idle_connections(self) -> None:
         while True:
@@ -175,10 +185,11 @@ class _Connection(asyncio.Protocol):
         # parsed requests waiting their turn, or the refusal that ends the connection after them
         self._pending: deque[tuple[HttpRequest | HttpResponse, bool]] = deque()
         self._busy = False
+        self._answering = False
         self._task: asyncio.Task[None] | None = None  # the request in flight, to cancel if the client leaves
         self._reading_paused = False
         self._writing_paused = False
-        self._closing = False
+        self.closing = False
         self.last_active = time.monotonic()
         self._idle_waiter: asyncio.Future[None] | None = None  # for stop(): set when nothing is in flight
         self._drain_waiter: asyncio.Future[None] | None = None  # a streamed body waits for the client
@@ -368,6 +379,7 @@ class _Connection(asyncio.Protocol):
     # serving
     def _serve(self, request: HttpRequest, keep_alive: bool) -> None:
         self._busy = True
+        self._answering = False  # set once its response starts to be written
         task = _start(self._loop, self._answer(request, keep_alive))
         if task is not None:  # it waits; otherwise it answered already (and may have started the next)
             self._task = task
@@ -382,15 +394,15 @@ class _Connection(asyncio.Protocol):
             log.exception("unexpected error answering %s %s", request.method, request.path)
             response = self._server._error_response(500, "internal error")
         if response.stream is None:
-            self._write(response, keep_alive and not self._closing)
+            self._write(response, keep_alive and not self.closing)
         else:
             try:
-                await self._write_stream(response, keep_alive and not self._closing)
+                await self._write_stream(response, keep_alive and not self.closing)
             except asyncio.CancelledError:
                 self._finish()
                 raise
         self._finish()
-        if not keep_alive or self._closing:
+        if not keep_alive or self.closing:
             self._close()
         elif self._pending:
             item, next_keep_alive = self._pending.popleft()
@@ -409,6 +421,7 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:
+        self._answering = True
         transport = self._transport
         if transport is None:
             return
@@ -431,6 +444,7 @@ class _Connection(asyncio.Protocol):
                 return
             lines = _head(response, keep_alive)
             lines.append(b"transfer-encoding: chunked\r\n\r\n")
+            self._answering = True
             transport.write(b"".join(lines))
             async for piece in stream:
                 transport = self._transport
@@ -476,9 +490,19 @@ class _Connection(asyncio.Protocol):
         self._loop.call_later(_LINGER_S, self._close)
 
     def close_when_idle(self) -> None:
-        self._closing = True
+        self.closing = True
         if not self._busy:
             self._close()
+
+    def fail_in_flight(self, response: HttpResponse) -> None:
+        """Answer the request in flight with `response` (unless its answer already began), then close."""
+        transport, task = self._transport, self._task
+        self._pending.clear()
+        if transport is not None and self._busy and not self._answering:
+            self._write(response, keep_alive=False)
+        if task is not None:
+            task.cancel()  # drops the request from its model's queue, or stops waiting for its model
+        self._close()  # after the answer is flushed
 
     def _close(self) -> None:
         if self._transport is not None:
