@@ -53,6 +53,7 @@ class _Execution:
     done: ExecutionDone
     loop: asyncio.AbstractEventLoop
     worker: WorkerProcess
+    requests: Sequence[BackendRequest]  # to send again when a worker dies before it began them
     slot: int = 0
     timer: asyncio.TimerHandle | None = None
     sent: float = 0.0
@@ -181,7 +182,7 @@ class PythonInstance:
             return
         worker.executions = seq + 1
         new_size = writer.finish()
-        execution = _Execution(seq, done, loop, worker, slot)
+        execution = _Execution(seq, done, loop, worker, requests, slot)
         alone = not self._inflight
         if alone:
             self._start_timer(execution)
@@ -387,6 +388,7 @@ class PythonInstance:
         worker.kill_reason = (
             f"did not finish an execution within the execute timeout ({self._launch.execute_timeout_s:g} s)"
         )
+        worker.timed_out = True
         log.error("%s: %s; killing its worker (pid %d)", self._label, worker.kill_reason, worker.process.pid)
         worker.kill()
 
@@ -421,10 +423,17 @@ class PythonInstance:
             log.error("%s: worker process %d %s; restarting it", self._label, worker.process.pid, cause)
             self._unbind(worker)
             worker.close_channel()
+            # Killed for the execute timeout, the worker was still on its oldest execution: those queued
+            # behind it never began, and run on the new worker instead of failing with it (decoupled streams aside).
+            queued: list[_Execution] = []
+            if worker.timed_out and len(self._inflight) > 1 and not self._streams:
+                queued = list(itertools.islice(self._inflight, 1, None))
+                self._inflight = collections.deque([self._inflight[0]])
             self._fail_waiting(
                 InternalError(f"Stub process '{self._name}' is not healthy: its worker process {cause}"),
                 keep_held=True,
             )
+            self._held[:0] = [_Held(e.requests, e.done, e.loop) for e in queued]
         threading.Thread(target=self._restart, name=f"{self._name}-restart", daemon=True).start()
 
     def _restart(self) -> None:

@@ -81,6 +81,7 @@ class WorkerProcess:
     executions: int = 0  # EXECUTE frames sent so far
     has_is_ready: bool = False
     kill_reason: str | None = None  # set when the server kills it (execute timeout)
+    timed_out: bool = False  # killed because its oldest execution outlived the execute timeout
     frames: list[tuple[Any, ...]] = field(default_factory=list)
     loop: asyncio.AbstractEventLoop | None = None  # the event loop watching the socket
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from pathlib import Path
 
 import pytest
 
+from nereid.backends.base import Outputs
 from nereid.errors import InternalError, InvalidArgument, Unavailable
 from nereid.repository import ModelManager
-from tests.backends.python.conftest import command, copy_models, infer, manager_for, wait_until
+from tests.backends.python.conftest import command, copy_models, infer, manager_for, request, wait_until
 
 
 def _pid(manager: ModelManager) -> int:
@@ -92,3 +94,25 @@ def test_a_worker_that_cannot_restart_leaves_the_model_unavailable(tmp_path: Pat
             infer(manager, "faulty", command("ok"))
     finally:
         manager.stop()
+
+
+def test_a_request_queued_behind_a_hung_one_runs_on_the_restarted_worker(manager: ModelManager) -> None:
+    pid = _pid(manager)
+    version = manager.get("faulty")
+
+    async def scenario() -> tuple[BaseException | Outputs, BaseException | Outputs]:
+        hung = asyncio.ensure_future(
+            version.scheduler.execute(request(command("hang"), version.output_names))
+        )
+        await asyncio.sleep(0.3)  # the hung execution is running (and has its timer) when this one follows
+        queued = asyncio.ensure_future(
+            version.scheduler.execute(request(command("ok"), version.output_names))
+        )
+        results = await asyncio.gather(hung, queued, return_exceptions=True)
+        return results[0], results[1]
+
+    hung, queued = asyncio.run(scenario())
+    assert isinstance(hung, InternalError) and "execute timeout" in hung.message, hung
+    assert not isinstance(queued, BaseException), queued
+    assert queued["OUTPUT0"][0] == b"ok"
+    assert int(queued["OUTPUT0"][1]) != pid  # it ran on the new worker
