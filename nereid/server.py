@@ -52,6 +52,9 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
         stream=sys.stderr,
     )
+    # --log-verbose is about Nereid's own work, not the libraries' event-loop chatter
+    for noisy in ("grpc", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.INFO)
     log.info("Nereid %s (Triton protocol %s) starting", __version__, TRITON_PROTOCOL_VERSION)
     for warning in warnings or []:
         log.warning(warning)

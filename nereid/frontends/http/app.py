@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 from typing import Any
 
 import orjson
@@ -87,6 +88,22 @@ class HttpFrontend:
         self._max_input = settings.http_max_input_size
         self._restricted = {group: rule for rule in settings.http_restricted_api for group in rule.groups}
         self._large_bodies = LargeBodyDecoder()
+        if log.isEnabledFor(logging.DEBUG):  # --log-verbose: one line per request, at no cost otherwise
+            self.handle = self._handle_and_log  # type: ignore[method-assign]
+
+    async def _handle_and_log(self, request: HttpRequest) -> HttpResponse:
+        started = time.perf_counter()
+        response = await HttpFrontend.handle(self, request)
+        log.debug(
+            "HTTP %s %s -> %d (%d bytes in, %d out, %.1f ms)",
+            request.method,
+            request.path,
+            response.status,
+            len(request.body),
+            len(response.body),
+            (time.perf_counter() - started) * 1000,
+        )
+        return response
 
     def close(self) -> None:
         self._large_bodies.close()
