@@ -58,6 +58,7 @@ class _Execution:
     timer: asyncio.TimerHandle | None = None
     sent: float = 0.0
     awake_until: float = 0.0
+    oldest_since: float = 0.0  # time.monotonic() when it became the oldest in flight (the one running)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +145,20 @@ class PythonInstance:
             self._ready_checks.pop(seq, None)
 
     def unavailable_reason(self) -> str | None:
-        return self._reason
+        if self._reason is not None:
+            return self._reason
+        stuck_after = self._launch.stuck_after_s
+        if stuck_after > 0:
+            try:
+                running = time.monotonic() - self._inflight[0].oldest_since
+            except IndexError:  # nothing in flight (or it just finished, seen from another thread)
+                return None
+            if running > stuck_after:
+                return (
+                    f"{self._label}: an execution has run for {running:.1f} s, longer than "
+                    f"stuck-execution-seconds ({stuck_after:g} s)"
+                )
+        return None
 
     def close(self) -> None:
         """End the worker (finalize, then exit) and fail whatever still waits on it. Idempotent."""
@@ -230,6 +244,7 @@ class PythonInstance:
 
     def _start_timer(self, execution: _Execution) -> None:
         """Time an execution from when the worker can start it: when the ones before it are done."""
+        execution.oldest_since = time.monotonic()
         timeout = self._launch.execute_timeout_s
         if timeout > 0:
             execution.timer = execution.loop.call_later(

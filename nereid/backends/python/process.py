@@ -35,6 +35,7 @@ class WorkerLaunch:
     arena_size: int = 1 << 20
     stub_timeout_s: float = 30.0  # for control exchanges that must not hang: finalize
     execute_timeout_s: float = 0.0  # 0: an execution may take as long as it takes
+    stuck_after_s: float = 0.0  # an execution running longer makes the model not ready; 0: never
     busy_wait_us: int = 0  # how long an idle worker polls for its next request before it sleeps
 
 
