@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
@@ -110,6 +111,19 @@ async def _under_attack(port: int, attacks: list[Callable[[], int]]) -> tuple[li
     return statuses, latencies
 
 
+def _reset_peak_rss_mib() -> float:
+    """Reset this process's peak RSS to its current RSS (Linux: clear_refs 5), and return it."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _peak_rss_mib()
+
+
+def _peak_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc/self/status")
+
+
 def _check_probe(latencies: list[float]) -> None:
     message = (
         f"probe worst {max(latencies) * 1000:.0f} ms, median {statistics.median(latencies) * 1000:.1f} ms"
@@ -124,9 +138,13 @@ def test_one_huge_header_line_from_four_connections_is_refused_431() -> None:
     async def scenario() -> None:
         async with _server() as server:
             attack = lambda: _attack(server.port, head, lambda _: _PIECES[b"a"], 100 << 20)  # noqa: E731
+            before = _reset_peak_rss_mib()
             statuses, latencies = await _under_attack(server.port, [attack] * 4)
             assert statuses == [431] * 4
             _check_probe(latencies)
+            # each connection buffered at most the limit and a read or two, then dropped up to 1 MiB
+            grown = _peak_rss_mib() - before
+            assert grown < 32, f"peak RSS grew {grown:.0f} MiB (the headers were 4 x 100 MiB)"
 
     asyncio.run(scenario())
 
