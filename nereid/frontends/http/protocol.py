@@ -30,8 +30,8 @@ _MAX_PIPELINED = 16  # parsed but unanswered requests per connection before read
 _WRITEV_FROM = 64 * 1024  # bodies at least this large are written without joining them to the head
 _REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
 
-# Limits on what a request may declare before its body, so that no request makes the server buffer or
-# parse without bound (Triton's libevhtp front end enforces none of these; see docs/http_limits.md).
+# Limits on what a request may send before its body, so that no request makes the server buffer or parse
+# without bound (Triton drops the connection, unanswered, at a line over 8 KiB; see docs/http_limits.md).
 MAX_URL_BYTES = 64 * 1024  # request target, path and query together: 414 beyond
 MAX_HEADER_BYTES = 64 * 1024  # the header section (may be exceeded by up to one socket read): 431 beyond
 MAX_HEADER_COUNT = 256  # header lines, repeats included: 431 beyond
@@ -197,9 +197,8 @@ class _Connection(asyncio.Protocol):
         self._url: list[bytes] = []
         self._url_size = 0
         self._headers: dict[str, str] = {}
-        self._repeated: dict[
-            str, list[str]
-        ] = {}  # joined once the headers are complete: linear, not quadratic
+        # repeated headers, joined once the header section is complete: linear, not quadratic
+        self._repeated: dict[str, list[str]] = {}
         self._header_count = 0
         self._in_head = False  # between the start of a request and the end of its headers
         self._head_size = 0
@@ -264,7 +263,7 @@ class _Connection(asyncio.Protocol):
         if self._chunk_header:
             # The read ended right after a chunk-size line: refuse a chunk that cannot fit at once, rather
             # than wait for data the limit would refuse anyway.
-            self._check_chunk_size(self._tail + data)
+            self._check_chunk_size(self._tail + data[-_CHUNK_LINE_TAIL:])
         self._tail = data[-_CHUNK_LINE_TAIL:]
 
     def _check_chunk_size(self, seen: bytes) -> None:
