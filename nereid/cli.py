@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nereid.cli_help import NO_EFFECT, Formatter, describe, unknown_flag
 from nereid.repository.remote.location import is_remote
 from nereid.settings import (
     API_GROUPS,
@@ -40,13 +41,12 @@ NOT_YET_SUPPORTED = (
     "--min-supported-compute-capability",
     "--buffer-manager-thread-count",
     "--host-policy",
-)
-
-# Triton flags that size Triton's own C++ thread and memory pools; Nereid has no such pools.
-NO_EFFECT = (
-    "--grpc-infer-thread-count",
-    "--grpc-infer-allocation-pool-size",
-    "--grpc-max-response-pool-size",
+    "--trace-file",
+    "--trace-level",
+    "--trace-rate",
+    "--trace-count",
+    "--trace-log-frequency",
+    "--cache-directory",
 )
 
 
@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nereid",
         description="Serve a Triton model repository over Triton's HTTP/REST and gRPC protocols.",
         allow_abbrev=False,
+        formatter_class=Formatter,
     )
     p.add_argument(
         "--model-repository",
@@ -157,9 +158,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE")
     p.add_argument("--response-cache-byte-size", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]")
-    for flag in NOT_YET_SUPPORTED + NO_EFFECT:
-        p.add_argument(flag, action="append", default=None, help=argparse.SUPPRESS)
+    for flag in (*NOT_YET_SUPPORTED, *NO_EFFECT):
+        p.add_argument(flag, action="append", default=None)
+    describe(p, NOT_YET_SUPPORTED)
     return p
+
+
+def _given(values: list[str] | None) -> bool:
+    """Given, and not merely switched off (--allow-sagemaker=false asks for nothing Nereid lacks)."""
+    return values is not None and any(v.strip().lower() not in ("false", "0", "off") for v in values)
 
 
 def _metrics_config(items: Sequence[str]) -> tuple[MetricsConfig, list[str]]:
@@ -218,16 +225,21 @@ def _restricted_api(item: str, flag: str) -> RestrictedApi:
 
 def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
     """Settings, plus one warning per flag that was given but has no effect in this version."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    typo = unknown_flag(argv, parser)
+    if typo is not None:
+        print(typo, file=sys.stderr)
+        raise SystemExit(2)
+    args = parser.parse_args(argv)
     warnings = [
         f"{flag} is not supported yet and has no effect"
         for flag in NOT_YET_SUPPORTED
         if getattr(args, flag.lstrip("-").replace("-", "_")) is not None
     ]
     warnings += [
-        f"{flag} sizes a thread or memory pool of Triton's that Nereid does not have; it has no effect"
-        for flag in NO_EFFECT
-        if getattr(args, flag.lstrip("-").replace("-", "_")) is not None
+        f"{flag} has no effect: {reason}"
+        for flag, reason in NO_EFFECT.items()
+        if _given(getattr(args, flag.lstrip("-").replace("-", "_")))
     ]
     if args.load_model and args.model_control_mode != "explicit":
         warnings.append("--load-model has no effect unless --model-control-mode=explicit")

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Coroutine
 from functools import partial
 from typing import Any
 
 import grpc
 
+from nereid import TRITON_PROTOCOL_VERSION, __version__
+from nereid.backends.python.process import kill_all_workers
 from nereid.engine import Engine
 from nereid.errors import NereidError, Unavailable
 from nereid.frontends.grpc import start_grpc_server
@@ -48,6 +53,10 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
         stream=sys.stderr,
     )
+    # --log-verbose is about Nereid's own work, not the libraries' event-loop chatter
+    for noisy in ("grpc", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.INFO)
+    log.info("Nereid %s (Triton protocol %s) starting", __version__, TRITON_PROTOCOL_VERSION)
     for warning in warnings or []:
         log.warning(warning)
     try:
@@ -56,6 +65,8 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
         log.error("%s", exc.message)
         return 1
     print(model_table(engine), flush=True)
+    shutdown = _Shutdown()
+    code = 1
     try:
         if settings.exit_on_error and not engine.models.all_ready():
             log.error(
@@ -65,9 +76,45 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
         if not settings.allow_http and not settings.allow_grpc:
             log.error("exiting: --allow-http=false and --allow-grpc=false leave no endpoint to serve")
             return 1
-        return _run(_serve(engine, settings))
+        code = _run(_serve(engine, settings, shutdown))
+        return code
     finally:
-        engine.shutdown()
+        _stop_engine(engine, shutdown.deadline, code)
+        log.info("Nereid stopped")
+
+
+class _Shutdown:
+    """When the server must be gone by: set at the first SIGINT or SIGTERM."""
+
+    deadline: float | None = None
+
+
+def _exit_now(signum: int, _frame: object = None) -> None:
+    """A second SIGINT or SIGTERM: no more waiting for anything."""
+    log.warning("%s again: exiting at once", signal.Signals(signum).name)
+    kill_all_workers()
+    logging.shutdown()
+    os._exit(128 + signum)
+
+
+def _stop_engine(engine: Engine, deadline: float | None, code: int) -> None:
+    """Unload every model, within the --exit-timeout-secs that began at the signal. Models still busy
+    then (a hung Python model) have their worker processes killed, and if even that does not let the
+    unloading finish, the process exits without it."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _exit_now)
+    stopper = threading.Thread(target=engine.shutdown, name="nereid-shutdown", daemon=True)
+    stopper.start()
+    stopper.join(None if deadline is None else max(deadline - time.monotonic(), 0.5))
+    if not stopper.is_alive():
+        return
+    killed = kill_all_workers()
+    log.error("models did not stop within --exit-timeout-secs; killed %d Python worker process(es)", killed)
+    stopper.join(1.0)
+    if stopper.is_alive():
+        log.error("exiting without waiting further for models to stop")
+        logging.shutdown()
+        os._exit(code)
 
 
 def _run(main: Coroutine[Any, Any, int]) -> int:
@@ -78,13 +125,14 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main)
 
 
-async def _serve(engine: Engine, settings: ServerSettings) -> int:
+async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) -> int:
     """HTTP, gRPC and metrics on one event loop until SIGINT or SIGTERM, then requests in flight get
     --exit-timeout-secs to finish."""
     http: HttpServer | None = None
     grpc_server: grpc.aio.Server | None = None
     metrics: HttpServer | None = None
     sampler: asyncio.Task[None] | None = None
+    frontend: HttpFrontend | None = None
     try:
         if settings.allow_grpc:
             grpc_server, port = await start_grpc_server(engine, settings)
@@ -121,10 +169,15 @@ async def _serve(engine: Engine, settings: ServerSettings) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
+    shutdown.deadline = time.monotonic() + settings.exit_timeout_secs
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, _exit_now, signum)
     log.info("stopping: requests in flight get up to %d s to finish", settings.exit_timeout_secs)
     if sampler is not None:
         sampler.cancel()
     await _stop(http, grpc_server, metrics, settings.exit_timeout_secs)
+    if frontend is not None:
+        frontend.close()
     return 0
 
 

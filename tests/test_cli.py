@@ -139,8 +139,8 @@ def test_grpc_flags() -> None:
     assert options.keepalive_permit_without_calls and options.reuse_port
     assert (options.max_connection_age_ms, options.max_connection_age_grace_ms) == (60000, None)
     assert warnings == [
-        "--grpc-infer-allocation-pool-size sizes a thread or memory pool of Triton's that Nereid does not "
-        "have; it has no effect"
+        "--grpc-infer-allocation-pool-size has no effect: sizes a memory pool of Triton's that Nereid does "
+        "not have"
     ]
 
 
@@ -163,3 +163,45 @@ def test_metrics_config() -> None:
     assert warnings == [
         "--metrics-config histogram_latencies is not a setting Nereid acts on; it has no effect"
     ]
+
+
+def test_every_triton_flag_is_accepted_and_those_without_effect_are_named() -> None:
+    _, warnings = parse_settings(
+        [
+            "--model-repository=/a",
+            "--allow-sagemaker=false",
+            "--allow-vertex-ai=false",
+            "--model-load-gpu-limit=0:0.5",
+            "--trace-file=t.json",
+            "--cache-directory=/c",
+            "--enable-peer-access=true",
+        ]
+    )
+    assert warnings == [
+        "--trace-file is not supported yet and has no effect",
+        "--cache-directory is not supported yet and has no effect",
+        "--model-load-gpu-limit has no effect: Nereid does not track GPU memory per device",
+        "--enable-peer-access has no effect: Nereid does not manage CUDA peer access",
+    ]
+
+
+def test_help_describes_every_flag_with_its_default() -> None:
+    from nereid.cli import build_parser
+
+    parser = build_parser()
+    assert all(action.help for action in parser._actions), [
+        a.option_strings for a in parser._actions if not a.help
+    ]
+    text = parser.format_help()
+    assert "(default: 8000)" in text and "(default: 30)" in text
+    assert "accepted, no effect: Nereid has no SageMaker endpoint" in text
+
+
+def test_a_misspelled_flag_is_named_with_the_closest_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_settings(["--model-repositry=/a"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "nereid: unknown flag --model-repositry; did you mean --model-repository? (nereid --help lists every flag)"
+    )

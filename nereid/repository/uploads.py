@@ -9,6 +9,10 @@ from pathlib import Path, PurePosixPath
 from nereid.errors import InvalidArgument
 
 FILE_PREFIX = "file:"
+# What the file system takes, checked up front so that an upload beyond it is the client's error (400)
+MAX_NAME_BYTES = 255  # one folder or file name (NAME_MAX on Linux)
+MAX_FILE_DEPTH = 64  # folders a `file:` path may nest
+MAX_PATH_BYTES = 2048  # a whole `file:` path (PATH_MAX is 4096, and the private folder's path comes first)
 
 
 def checked_relative_path(model_name: str, key: str) -> PurePosixPath:
@@ -26,6 +30,18 @@ def checked_relative_path(model_name: str, key: str) -> PurePosixPath:
             f"load of model '{model_name}': file parameter '{key}' must be a relative path inside the model "
             "folder (no '..', no absolute paths, no empty parts)"
         )
+    parts = text.split("/")
+    if len(parts) > MAX_FILE_DEPTH or len(text.encode()) > MAX_PATH_BYTES:
+        raise InvalidArgument(
+            f"load of model '{model_name}': file parameter '{key[:64]}...' is too deep or too long (at most "
+            f"{MAX_FILE_DEPTH} folders and {MAX_PATH_BYTES} bytes)"
+        )
+    longest = max(parts, key=lambda part: len(part.encode()))
+    if len(longest.encode()) > MAX_NAME_BYTES:
+        raise InvalidArgument(
+            f"load of model '{model_name}': file parameter '{key[:64]}...' has a name longer than "
+            f"{MAX_NAME_BYTES} bytes"
+        )
     return path
 
 
@@ -33,6 +49,10 @@ def check_model_name(name: str) -> None:
     """A model name becomes a folder name: it may not climb out of or nest inside the repository."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
         raise InvalidArgument(f"'{name}' is not a valid model name: it must be a single folder name")
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise InvalidArgument(
+            f"'{name[:64]}...' is not a valid model name: it is longer than {MAX_NAME_BYTES} bytes"
+        )
 
 
 def write_model_folder(model_name: str, files: dict[str, bytes]) -> Path:

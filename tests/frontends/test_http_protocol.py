@@ -284,3 +284,55 @@ def test_a_taken_port_is_refused_unless_both_servers_reuse_it() -> None:
             await first.stop(1.0)
 
     asyncio.run(scenario())
+
+
+def test_stop_answers_a_request_already_in_the_socket_instead_of_resetting() -> None:
+    async def scenario() -> None:
+        async with _server() as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(_post("/first", b""))
+            await _read_response(reader)  # the connection is now idle, kept alive
+            # written at once (the transport's buffer is empty), so it is in the server's socket buffer, but
+            # not yet read by the server's side of the event loop
+            writer.write(_post("/second", b"x"))
+            await server.stop(1.0)
+            status, headers, body = await _read_response(reader)
+            assert status == 200 and headers.get("connection") == "close"
+            assert b'"/second"' in body
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_stop_answers_a_request_still_running_at_the_deadline_with_503() -> None:
+    started = asyncio.Event()
+    cancelled: list[bool] = []
+
+    async def hang(request: HttpRequest) -> HttpResponse:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return HttpResponse(200)
+
+    async def scenario() -> None:
+        server = HttpServer(hang, error_response, 1024)
+        await server.start("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(_post("/hang", b""))
+        await started.wait()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await server.stop(0.3)
+        assert 0.25 < loop.time() - start < 2
+        status, headers, body = await _read_response(reader)
+        assert status == 503 and headers.get("connection") == "close"
+        assert b"did not finish in 0.3 s" in body
+        assert await reader.read() == b""
+        await asyncio.sleep(0)
+        assert cancelled == [True]
+        writer.close()
+
+    asyncio.run(scenario())

@@ -6,6 +6,10 @@ Settings, from `--backend-config=python,<key>=<value>` (server-wide) and from th
 - `EXECUTION_ENV_PATH` (model): the environment whose Python runs the workers (folder or conda-pack archive).
 - `execute-timeout-seconds` / `EXECUTE_TIMEOUT_SECONDS`: an execution running longer fails, and its worker
   is killed and restarted. Default 0: no limit, as in Triton.
+- `stuck-execution-seconds` / `STUCK_EXECUTION_SECONDS` (beyond Triton): while an execution has run
+  longer than this, the model reports not ready (its readiness and `/v2/health/ready` say so, with the
+  reason in the repository index), so that a load balancer can steer clear of a hung model before (or
+  without) an execute timeout. Default 0: off.
 - `stub-timeout-seconds` (Triton's name): how long control exchanges may take (finalize at unload).
 - `shm-default-byte-size` (Triton's name): the initial size of each shared-memory arena; they grow on
   demand.
@@ -148,6 +152,7 @@ def _launch(config: mc.ModelConfig, model_dir: Path, backend_config: Mapping[str
         arena_size=max(4096, int(number("", "shm-default-byte-size", 1 << 20))),
         stub_timeout_s=number("", "stub-timeout-seconds", 30.0) or 30.0,
         execute_timeout_s=number("EXECUTE_TIMEOUT_SECONDS", "execute-timeout-seconds", 0.0),
+        stuck_after_s=number("STUCK_EXECUTION_SECONDS", "stuck-execution-seconds", 0.0),
         busy_wait_us=int(number("", "busy-wait-microseconds", DEFAULT_BUSY_WAIT_US)),
     )
 

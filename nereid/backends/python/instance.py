@@ -52,10 +52,12 @@ class _Execution:
     done: ExecutionDone
     loop: asyncio.AbstractEventLoop
     worker: WorkerProcess
+    requests: Sequence[BackendRequest]  # to send again when a worker dies before it began them
     slot: int = 0
     timer: asyncio.TimerHandle | None = None
     sent: float = 0.0
     awake_until: float = 0.0
+    oldest_since: float = 0.0  # time.monotonic() when it became the oldest in flight (the one running)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +145,20 @@ class PythonInstance:
             self._ready_checks.pop(seq, None)
 
     def unavailable_reason(self) -> str | None:
-        return self._reason
+        if self._reason is not None:
+            return self._reason
+        stuck_after = self._launch.stuck_after_s
+        if stuck_after > 0:
+            try:
+                running = time.monotonic() - self._inflight[0].oldest_since
+            except IndexError:  # nothing in flight (or it just finished, seen from another thread)
+                return None
+            if running > stuck_after:
+                return (
+                    f"{self._label}: an execution has run for {running:.1f} s, longer than "
+                    f"stuck-execution-seconds ({stuck_after:g} s)"
+                )
+        return None
 
     def close(self) -> None:
         """End the worker (finalize, then exit) and fail whatever still waits on it. Idempotent."""
@@ -181,7 +196,7 @@ class PythonInstance:
             return
         worker.executions = seq + 1
         new_size = writer.finish()
-        execution = _Execution(seq, done, loop, worker, slot)
+        execution = _Execution(seq, done, loop, worker, requests, slot)
         alone = not self._inflight
         if alone:
             self._start_timer(execution)
@@ -229,6 +244,7 @@ class PythonInstance:
 
     def _start_timer(self, execution: _Execution) -> None:
         """Time an execution from when the worker can start it: when the ones before it are done."""
+        execution.oldest_since = time.monotonic()
         timeout = self._launch.execute_timeout_s
         if timeout > 0:
             execution.timer = execution.loop.call_later(
@@ -394,6 +410,7 @@ class PythonInstance:
         worker.kill_reason = (
             f"did not finish an execution within the execute timeout ({self._launch.execute_timeout_s:g} s)"
         )
+        worker.timed_out = True
         log.error("%s: %s; killing its worker (pid %d)", self._label, worker.kill_reason, worker.process.pid)
         worker.kill()
 
@@ -428,10 +445,17 @@ class PythonInstance:
             log.error("%s: worker process %d %s; restarting it", self._label, worker.process.pid, cause)
             self._unbind(worker)
             worker.close_channel()
+            # Killed for the execute timeout, the worker was still on its oldest execution: those queued
+            # behind it never began, and run on the new worker instead of failing with it (decoupled streams aside).
+            queued: list[_Execution] = []
+            if worker.timed_out and len(self._inflight) > 1 and not self._streams:
+                queued = list(itertools.islice(self._inflight, 1, None))
+                self._inflight = collections.deque([self._inflight[0]])
             self._fail_waiting(
                 InternalError(f"Stub process '{self._name}' is not healthy: its worker process {cause}"),
                 keep_held=True,
             )
+            self._held[:0] = [_Held(e.requests, e.done, e.loop) for e in queued]
         threading.Thread(target=self._restart, name=f"{self._name}-restart", daemon=True).start()
 
     def _restart(self) -> None:

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ class WorkerLaunch:
     arena_size: int = 1 << 20
     stub_timeout_s: float = 30.0  # for control exchanges that must not hang: finalize
     execute_timeout_s: float = 0.0  # 0: an execution may take as long as it takes
+    stuck_after_s: float = 0.0  # an execution running longer makes the model not ready; 0: never
     busy_wait_us: int = 0  # how long an idle worker polls for its next request before it sleeps
 
 
@@ -47,6 +49,22 @@ def exit_description(code: int | None) -> str:
             name = f"signal {-code}"
         return f"was killed by {name}"
     return f"exited with code {code}"
+
+
+# Every worker still running, so that a server out of time on its way out can kill them all at once.
+_LIVE: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+
+
+def kill_all_workers() -> int:
+    """SIGKILL every Python worker still running (a hung model must not hold the server's exit); returns
+    how many were killed."""
+    killed = 0
+    for worker in list(_LIVE):
+        if worker.process.poll() is None:
+            worker.kill_reason = "was killed because the server is exiting"
+            worker.kill()
+            killed += 1
+    return killed
 
 
 @dataclass(eq=False)
@@ -64,6 +82,7 @@ class WorkerProcess:
     executions: int = 0  # EXECUTE frames sent so far
     has_is_ready: bool = False
     kill_reason: str | None = None  # set when the server kills it (execute timeout)
+    timed_out: bool = False  # killed because its oldest execution outlived the execute timeout
     frames: list[tuple[Any, ...]] = field(default_factory=list)
     loop: asyncio.AbstractEventLoop | None = None  # the event loop watching the socket
     outbox: Any = None  # the frames the socket could not take yet (an Outbox, made on the loop)
@@ -83,7 +102,9 @@ class WorkerProcess:
             raise Unavailable(f"cannot start a Python worker with '{launch.python}': {exc}") from None
         finally:
             child.close()
-        return cls(process, parent, label)
+        worker = cls(process, parent, label)
+        _LIVE.add(worker)
+        return worker
 
     # blocking exchanges, before an event loop watches the socket (or after it stopped)
     def request(

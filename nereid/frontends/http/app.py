@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 from typing import Any
 
 import orjson
@@ -37,6 +38,7 @@ from nereid.frontends.http.documents import (
 )
 from nereid.frontends.http.generate import event_stream, generate, wants_events
 from nereid.frontends.http.generate import generate_request as decode_generate_request
+from nereid.frontends.http.large_bodies import OFF_LOOP_FROM, LargeBodyDecoder
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.frontends.http.repository import (
     decode_cuda_register,
@@ -99,6 +101,26 @@ class HttpFrontend:
         self._max_input = settings.http_max_input_size
         self._restricted = {group: rule for rule in settings.http_restricted_api for group in rule.groups}
         self._console = console.Console(engine, settings) if settings.allow_console else None
+        self._large_bodies = LargeBodyDecoder()
+        if log.isEnabledFor(logging.DEBUG):  # --log-verbose: one line per request, at no cost otherwise
+            self.handle = self._handle_and_log  # type: ignore[method-assign]
+
+    async def _handle_and_log(self, request: HttpRequest) -> HttpResponse:
+        started = time.perf_counter()
+        response = await HttpFrontend.handle(self, request)
+        log.debug(
+            "HTTP %s %s -> %d (%d bytes in, %d out, %.1f ms)",
+            request.method,
+            request.path,
+            response.status,
+            len(request.body),
+            len(response.body),
+            (time.perf_counter() - started) * 1000,
+        )
+        return response
+
+    def close(self) -> None:
+        self._large_bodies.close()
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         try:
@@ -238,6 +260,8 @@ class HttpFrontend:
         if header_length == 0:
             metadata = self._engine.model_metadata(name, version)
             infer_request = decode_raw_binary_request(body, name, version, *_raw_input(metadata, len(body)))
+        elif len(body) >= OFF_LOOP_FROM and (header_length is None or header_length >= OFF_LOOP_FROM):
+            infer_request = await self._large_bodies.decode(body, header_length, name, version)
         else:
             infer_request = decode_infer_request(body, header_length, name, version)
         try:

@@ -30,6 +30,16 @@ _MAX_PIPELINED = 16  # parsed but unanswered requests per connection before read
 _WRITEV_FROM = 64 * 1024  # bodies at least this large are written without joining them to the head
 _REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
 
+# Limits on what a request may send before its body, so that no request makes the server buffer or parse
+# without bound (Triton drops the connection, unanswered, at a line over 8 KiB; see docs/http_limits.md).
+MAX_URL_BYTES = 64 * 1024  # request target, path and query together: 414 beyond
+MAX_HEADER_BYTES = 64 * 1024  # the header section (may be exceeded by up to one socket read): 431 beyond
+MAX_HEADER_COUNT = 256  # header lines, repeats included: 431 beyond
+# After a refusal, how long and how much of what the client still sends is read and dropped
+_LINGER_S = 1.0
+_LINGER_BYTES = 1 << 20
+_CHUNK_LINE_TAIL = 256  # bytes kept from the previous read to find a chunk-size line split across reads
+
 
 @dataclass(slots=True)
 class HttpRequest:
@@ -136,16 +146,26 @@ class HttpServer:
             self._server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        deadline = time.monotonic() + timeout_s
+        # Requests that already reached the server's sockets are read and answered (with connection:
+        # close) rather than reset: the loop takes one more look at every socket before idle ones close.
+        for connection in self._connections:
+            connection.closing = True
+        for _ in range(2):
+            await asyncio.sleep(0)
         for connection in list(self._connections):
             connection.close_when_idle()
-        deadline = time.monotonic() + timeout_s
         while self._connections and time.monotonic() < deadline:
             busy = [c.wait_idle() for c in self._connections if c.busy]
             if not busy:
                 break
             await asyncio.wait(busy, timeout=deadline - time.monotonic())
+        # Out of time: what still runs is answered with an error, so that its client knows.
+        late = self._error_response(
+            503, f"the server is stopping and this request did not finish in {timeout_s:g} s"
+        )
         for connection in list(self._connections):
-            connection.abort()
+            connection.fail_in_flight(late)
 
     async def _close_idle_connections(self) -> None:
         while True:
@@ -165,19 +185,29 @@ class _Connection(asyncio.Protocol):
         # parsed requests waiting their turn, or the refusal that ends the connection after them
         self._pending: deque[tuple[HttpRequest | HttpResponse, bool]] = deque()
         self._busy = False
+        self._answering = False
         self._task: asyncio.Task[None] | None = None  # the request in flight, to cancel if the client leaves
         self._reading_paused = False
         self._writing_paused = False
-        self._closing = False
+        self.closing = False
         self.last_active = time.monotonic()
         self._idle_waiter: asyncio.Future[None] | None = None  # for stop(): set when nothing is in flight
         self._drain_waiter: asyncio.Future[None] | None = None  # a streamed body waits for the client
         # the request being parsed
-        self._url = b""
+        self._url: list[bytes] = []
+        self._url_size = 0
         self._headers: dict[str, str] = {}
+        # repeated headers, joined once the header section is complete: linear, not quadratic
+        self._repeated: dict[str, list[str]] = {}
+        self._header_count = 0
+        self._in_head = False  # between the start of a request and the end of its headers
+        self._head_size = 0
+        self._chunk_header = False  # a chunk-size line was parsed and no data of that chunk followed yet
+        self._tail = b""  # the end of the previous read, for a chunk-size line split across reads
         self._body: list[bytes] = []
         self._body_size = 0
         self._refused = False
+        self._dropped = 0  # bytes read and dropped after a refusal
 
     @property
     def busy(self) -> bool:
@@ -208,14 +238,43 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
+            self._dropped += len(data)
+            if self._dropped > _LINGER_BYTES:
+                self._close()
             return
         self.last_active = time.monotonic()
+        was_in_head = self._in_head
+        self._chunk_header = False
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             pass  # no protocol upgrades here: the request is served as plain HTTP/1.1
         except httptools.HttpParserError as exc:
             self._refuse(400, f"malformed HTTP request: {exc}")
+        if self._refused:
+            return
+        # httptools buffers a header until its end, so its size is bounded here, read by read: a read that
+        # holds the head from start to end cannot exceed the limit by more than its own size.
+        if was_in_head and self._in_head:
+            self._head_size += len(data)
+            if self._head_size > MAX_HEADER_BYTES:
+                self._refuse(431, f"request header section is larger than {MAX_HEADER_BYTES} bytes")
+                return
+        if self._chunk_header:
+            # The read ended right after a chunk-size line: refuse a chunk that cannot fit at once, rather
+            # than wait for data the limit would refuse anyway.
+            self._check_chunk_size(self._tail + data[-_CHUNK_LINE_TAIL:])
+        self._tail = data[-_CHUNK_LINE_TAIL:]
+
+    def _check_chunk_size(self, seen: bytes) -> None:
+        line = seen.rstrip(b"\r\n").rpartition(b"\n")[2].partition(b";")[0].strip()
+        try:
+            size = int(line, 16)
+        except ValueError:
+            return  # not found whole: on_body still counts the data as it comes
+        limit = self._server._max_body_size
+        if self._body_size + size > limit:
+            self._refuse(400, f"request body is larger than --http-max-input-size ({limit} bytes)")
 
     def pause_writing(self) -> None:
         # The client is not reading its responses: stop reading its requests until it catches up.
@@ -231,21 +290,48 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_message_begin(self) -> None:
-        self._url = b""
+        self._url = []
+        self._url_size = 0
         self._headers = {}
+        self._repeated = {}
+        self._header_count = 0
+        self._in_head = True
+        self._head_size = 0
         self._body = []
         self._body_size = 0
 
     def on_url(self, url: bytes) -> None:
-        self._url += url
+        if self._refused:
+            return
+        self._url_size += len(url)
+        if self._url_size > MAX_URL_BYTES:
+            self._refuse(414, f"request URL is longer than {MAX_URL_BYTES} bytes")
+            return
+        self._url.append(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._refused:
+            return
+        self._header_count += 1
+        if self._header_count > MAX_HEADER_COUNT:
+            self._refuse(431, f"request has more than {MAX_HEADER_COUNT} header lines")
+            return
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         previous = self._headers.get(key)
-        self._headers[key] = text if previous is None else f"{previous}, {text}"
+        if previous is None:
+            self._headers[key] = text
+        elif key in self._repeated:
+            self._repeated[key].append(text)
+        else:
+            self._repeated[key] = [previous, text]
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
+        if self._refused:
+            return
+        for key, values in self._repeated.items():
+            self._headers[key] = ", ".join(values)
         declared = self._headers.get("content-length")
         limit = self._server._max_body_size
         if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -258,6 +344,7 @@ class _Connection(asyncio.Protocol):
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
+        self._chunk_header = False
         if self._refused:
             return
         self._body_size += len(body)
@@ -269,10 +356,13 @@ class _Connection(asyncio.Protocol):
             return
         self._body.append(body)
 
+    def on_chunk_header(self) -> None:
+        self._chunk_header = True
+
     def on_message_complete(self) -> None:
         if self._refused:
             return
-        url = self._url.decode("latin-1")
+        url = b"".join(self._url).decode("latin-1")
         path, _, query = url.partition("?")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         method = self._parser.get_method().decode("latin-1")
@@ -288,6 +378,7 @@ class _Connection(asyncio.Protocol):
     # serving
     def _serve(self, request: HttpRequest, keep_alive: bool) -> None:
         self._busy = True
+        self._answering = False  # set once its response starts to be written
         task = _start(self._loop, self._answer(request, keep_alive))
         if task is not None:  # it waits; otherwise it answered already (and may have started the next)
             self._task = task
@@ -302,21 +393,20 @@ class _Connection(asyncio.Protocol):
             log.exception("unexpected error answering %s %s", request.method, request.path)
             response = self._server._error_response(500, "internal error")
         if response.stream is None:
-            self._write(response, keep_alive and not self._closing)
+            self._write(response, keep_alive and not self.closing)
         else:
             try:
-                await self._write_stream(response, keep_alive and not self._closing)
+                await self._write_stream(response, keep_alive and not self.closing)
             except asyncio.CancelledError:
                 self._finish()
                 raise
         self._finish()
-        if not keep_alive or self._closing:
+        if not keep_alive or self.closing:
             self._close()
         elif self._pending:
             item, next_keep_alive = self._pending.popleft()
             if isinstance(item, HttpResponse):
-                self._write(item, keep_alive=False)
-                self._close()
+                self._write_refusal(item)
                 return
             if not self._writing_paused:
                 self._resume_reading()
@@ -330,6 +420,7 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:
+        self._answering = True
         transport = self._transport
         if transport is None:
             return
@@ -352,6 +443,7 @@ class _Connection(asyncio.Protocol):
                 return
             lines = _head(response, keep_alive)
             lines.append(b"transfer-encoding: chunked\r\n\r\n")
+            self._answering = True
             transport.write(b"".join(lines))
             async for piece in stream:
                 transport = self._transport
@@ -377,13 +469,39 @@ class _Connection(asyncio.Protocol):
         if self._busy:
             self._pending.append((response, False))
         else:
-            self._write(response, keep_alive=False)
+            self._write_refusal(response)
+
+    def _write_refusal(self, response: HttpResponse) -> None:
+        """Answer, close the sending side, and drop what the client still sends for a moment before closing.
+
+        Closing a socket with unread data makes the kernel reset the connection, and a reset can destroy
+        the answer before the client reads it; reading on a little lets the client see why it was refused.
+        """
+        transport = self._transport
+        if transport is None:
+            return
+        self._write(response, keep_alive=False)
+        if not transport.can_write_eof():
             self._close()
+            return
+        transport.write_eof()
+        self._resume_reading()  # data_received drops everything once refused
+        self._loop.call_later(_LINGER_S, self._close)
 
     def close_when_idle(self) -> None:
-        self._closing = True
+        self.closing = True
         if not self._busy:
             self._close()
+
+    def fail_in_flight(self, response: HttpResponse) -> None:
+        """Answer the request in flight with `response` (unless its answer already began), then close."""
+        transport, task = self._transport, self._task
+        self._pending.clear()
+        if transport is not None and self._busy and not self._answering:
+            self._write(response, keep_alive=False)
+        if task is not None:
+            task.cancel()  # drops the request from its model's queue, or stops waiting for its model
+        self._close()  # after the answer is flushed
 
     def _close(self) -> None:
         if self._transport is not None:

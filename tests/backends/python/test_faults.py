@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import time
 from pathlib import Path
 
 import pytest
 
+from nereid.backends.base import Outputs
 from nereid.errors import InternalError, InvalidArgument, Unavailable
 from nereid.repository import ModelManager
-from tests.backends.python.conftest import command, copy_models, infer, manager_for, wait_until
+from tests.backends.python.conftest import command, copy_models, infer, manager_for, request, wait_until
 
 
 def _pid(manager: ModelManager) -> int:
@@ -90,5 +93,58 @@ def test_a_worker_that_cannot_restart_leaves_the_model_unavailable(tmp_path: Pat
         assert not manager.all_ready()
         with pytest.raises(Unavailable, match="could not be restarted"):
             infer(manager, "faulty", command("ok"))
+    finally:
+        manager.stop()
+
+
+def test_a_request_queued_behind_a_hung_one_runs_on_the_restarted_worker(manager: ModelManager) -> None:
+    pid = _pid(manager)
+    version = manager.get("faulty")
+
+    async def scenario() -> tuple[BaseException | Outputs, BaseException | Outputs]:
+        hung = asyncio.ensure_future(
+            version.scheduler.execute(request(command("hang"), version.output_names))
+        )
+        await asyncio.sleep(0.3)  # the hung execution is running (and has its timer) when this one follows
+        queued = asyncio.ensure_future(
+            version.scheduler.execute(request(command("ok"), version.output_names))
+        )
+        results = await asyncio.gather(hung, queued, return_exceptions=True)
+        return results[0], results[1]
+
+    hung, queued = asyncio.run(scenario())
+    assert isinstance(hung, InternalError) and "execute timeout" in hung.message, hung
+    assert not isinstance(queued, BaseException), queued
+    assert queued["OUTPUT0"][0] == b"ok"
+    assert int(queued["OUTPUT0"][1]) != pid  # it ran on the new worker
+
+
+def test_a_model_stuck_in_an_execution_reports_not_ready_until_it_recovers(tmp_path: Path) -> None:
+    repository = copy_models(tmp_path, "faulty")
+    config = repository / "faulty" / "config.pbtxt"
+    config.write_text(
+        config.read_text().replace('string_value: "1"', 'string_value: "3"')
+        + 'parameters { key: "STUCK_EXECUTION_SECONDS" value: { string_value: "0.3" } }\n'
+    )
+    manager = manager_for(repository)
+    try:
+        version = manager.get("faulty")
+
+        async def scenario() -> BaseException | Outputs:
+            hung = asyncio.ensure_future(
+                version.scheduler.execute(request(command("hang"), version.output_names))
+            )
+            await asyncio.sleep(0.1)
+            assert manager.is_ready("faulty")  # running, but not for long yet
+            deadline = time.monotonic() + 2.5
+            while manager.is_ready("faulty"):
+                assert time.monotonic() < deadline, "still ready while stuck"
+                await asyncio.sleep(0.02)
+            reason = version.unavailable_reason() or ""
+            assert "longer than stuck-execution-seconds (0.3 s)" in reason, reason
+            return (await asyncio.gather(hung, return_exceptions=True))[0]
+
+        assert isinstance(asyncio.run(scenario()), InternalError)  # the execute timeout ended it
+        wait_until(lambda: manager.is_ready("faulty"), what="readiness after the restart")
     finally:
         manager.stop()

@@ -1,0 +1,115 @@
+"""What `nereid --help` says of each flag, which of Triton's flags have no effect here and why, and the
+error for a misspelled flag."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from collections.abc import Iterable, Sequence
+
+# Triton flags that Nereid accepts so that tritonserver command lines keep working, but that have no
+# effect here, each with the reason. Each one given is reported at start-up.
+NO_EFFECT = {
+    "--grpc-infer-thread-count": "sizes a thread pool of Triton's that Nereid does not have",
+    "--grpc-infer-allocation-pool-size": "sizes a memory pool of Triton's that Nereid does not have",
+    "--grpc-max-response-pool-size": "sizes a memory pool of Triton's that Nereid does not have",
+    "--model-load-gpu-limit": "Nereid does not track GPU memory per device",
+    "--cuda-virtual-address-size": "Nereid does not manage CUDA memory",
+    "--enable-peer-access": "Nereid does not manage CUDA peer access",
+    "--allow-sagemaker": "Nereid has no SageMaker endpoint",
+    "--sagemaker-port": "Nereid has no SageMaker endpoint",
+    "--sagemaker-safe-port-range": "Nereid has no SageMaker endpoint",
+    "--sagemaker-thread-count": "Nereid has no SageMaker endpoint",
+    "--allow-vertex-ai": "Nereid has no Vertex AI endpoint",
+    "--vertex-ai-port": "Nereid has no Vertex AI endpoint",
+    "--vertex-ai-thread-count": "Nereid has no Vertex AI endpoint",
+    "--vertex-ai-default-model": "Nereid has no Vertex AI endpoint",
+}
+
+# Flags not described where they are declared in cli.py.
+HELP = {
+    "--allow-http": "serve Triton's HTTP/REST API",
+    "--http-address": "address the HTTP server binds to",
+    "--http-port": "HTTP port",
+    "--reuse-http-port": "let other processes listen on the same HTTP port (the kernel spreads connections)",
+    "--http-max-input-size": "largest HTTP request body accepted, in bytes (see docs/http_limits.md)",
+    "--allow-grpc": "serve Triton's gRPC API",
+    "--grpc-address": "address the gRPC server binds to",
+    "--grpc-port": "gRPC port",
+    "--reuse-grpc-port": "let other processes listen on the same gRPC port",
+    "--grpc-use-ssl": "serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key)",
+    "--grpc-use-ssl-mutual": "serve gRPC over TLS and check client certificates against --grpc-root-cert",
+    "--grpc-server-cert": "the server's certificate (PEM)",
+    "--grpc-server-key": "the server's private key (PEM)",
+    "--grpc-root-cert": "the certificate authority that signs client certificates (PEM)",
+    "--grpc-infer-response-compression-level": "compression of gRPC infer responses",
+    "--grpc-keepalive-time": "interval between keepalive pings on a gRPC connection",
+    "--grpc-keepalive-timeout": "how long to wait for a keepalive ping's answer",
+    "--grpc-keepalive-permit-without-calls": "send keepalive pings on connections with no call in flight",
+    "--grpc-http2-max-pings-without-data": "pings sent without data before more are refused (0: no limit)",
+    "--grpc-http2-min-recv-ping-interval-without-data": "shortest interval between client pings accepted",
+    "--grpc-http2-max-ping-strikes": "bad pings tolerated before the connection is closed (0: no limit)",
+    "--grpc-max-connection-age": "close gRPC connections after this long (none: no limit)",
+    "--grpc-max-connection-age-grace": "time calls get to finish once a connection reached its maximum age",
+    "--allow-metrics": "serve Prometheus metrics",
+    "--metrics-address": "address the metrics server binds to",
+    "--metrics-port": "metrics port",
+    "--model-control-mode": "none: load every model at start; poll: follow the repository; explicit: load API",
+    "--metrics-interval-ms": "interval between samples of the gauges (CPU, memory)",
+    "--allow-cpu-metrics": "report CPU and memory use",
+    "--allow-client-shm": "let clients register system shared memory regions",
+    "--repository-poll-secs": "interval between repository scans with --model-control-mode=poll",
+    "--model-config-name": "configuration file to use instead of config.pbtxt, where a model has it",
+    "--disable-auto-complete-config": "serve configurations as written, without completing them from the model",
+    "--backend-config": "a backend setting, e.g. python,execute-timeout-seconds=30 (repeatable)",
+    "--model-load-thread-count": "models loaded at once",
+    "--strict-readiness": "/v2/health/ready needs every model ready (false: only the server)",
+    "--exit-on-error": "exit at start-up when a model fails to load",
+    "--exit-timeout-secs": "on SIGINT/SIGTERM, how long requests in flight get before the server exits "
+    "(they are then answered 503); a second signal exits at once",
+    "--log-verbose": "1 or more: debug logs, one line per HTTP request",
+    "--rate-limit": "execution_count: run instances only while their rate-limiter resources are free",
+    "--rate-limit-resource": "a resource's count, per device or global (repeatable)",
+}
+
+
+class Formatter(argparse.HelpFormatter):
+    """Each flag's help followed by its default, where it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default not in (None, [], False, "", argparse.SUPPRESS) and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def describe(parser: argparse.ArgumentParser, not_yet_supported: Iterable[str]) -> None:
+    """Fill in the help of every flag that has none."""
+    later = set(not_yet_supported)
+    for action in parser._actions:
+        flag = next((s for s in action.option_strings if s.startswith("--")), None)
+        if flag is None or action.help not in (None, argparse.SUPPRESS):
+            continue
+        if flag in NO_EFFECT:
+            action.help = f"accepted, no effect: {NO_EFFECT[flag]}"
+        elif flag in later:
+            action.help = "accepted, no effect yet (a later version implements it)"
+        else:
+            action.help = HELP.get(flag)
+
+
+def unknown_flag(argv: Sequence[str], parser: argparse.ArgumentParser) -> str | None:
+    """The error for the first flag the parser does not know, with the closest known one, or None."""
+    known = [s for s in parser._option_string_actions if s.startswith("--")]
+    for token in argv:
+        if token == "--":
+            break
+        if not token.startswith("--"):
+            continue
+        flag = token.partition("=")[0]
+        if flag in parser._option_string_actions:
+            continue
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return f"nereid: unknown flag {flag}{hint} (nereid --help lists every flag)"
+    return None

@@ -1,0 +1,132 @@
+"""Stopping a real `nereid` with a hung Python model: it exits within --exit-timeout-secs (+2 s), the hung
+request is answered with an error, and a second signal exits at once."""
+
+from __future__ import annotations
+
+import http.client
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RunningServer, start_nereid, stop
+
+_HANG = """
+import json
+import pathlib
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.marker = pathlib.Path(config["parameters"]["MARKER"]["string_value"])
+
+    def execute(self, requests):
+        self.marker.write_text("executing")
+        time.sleep(3600)  # hung: never answers
+        return []
+"""
+_CONFIG = """
+name: "hang"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+parameters { key: "MARKER" value: { string_value: "%s" } }
+"""
+_REQUEST = b'{"inputs":[{"name":"IN","datatype":"FP32","shape":[1],"data":[1.0]}]}'
+EXIT_TIMEOUT_S = 3
+
+
+def _repository(tmp_path: Path) -> Path:
+    model = tmp_path / "repo" / "hang"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(_CONFIG % (tmp_path / "executing"))
+    (model / "1" / "model.py").write_text(_HANG)
+    return model.parent
+
+
+def _send_hung_request(port: int, answers: list[tuple[int, bytes] | BaseException]) -> threading.Thread:
+    def run() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            connection.request("POST", "/v2/models/hang/infer", _REQUEST)
+            response = connection.getresponse()
+            answers.append((response.status, response.read()))
+        except BaseException as exc:  # recorded: the test asserts there was none
+            answers.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _start(tmp_path: Path) -> RunningServer:
+    return start_nereid(
+        _repository(tmp_path), tmp_path / "nereid.log", f"--exit-timeout-secs={EXIT_TIMEOUT_S}"
+    )
+
+
+def _wait_until_executing(tmp_path: Path) -> None:
+    """Until the model's execute has begun (it writes a marker file first)."""
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "executing").exists():
+        assert time.monotonic() < deadline, "the request never reached the model"
+        time.sleep(0.02)
+
+
+def _wait_for_log(server: RunningServer, text: str) -> None:
+    deadline = time.monotonic() + 10
+    while text not in server.log():
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_exit_within_the_timeout_with_a_hung_model_and_the_request_answered(
+    tmp_path: Path, signum: int
+) -> None:
+    server = _start(tmp_path)
+    try:
+        answers: list[tuple[int, bytes] | BaseException] = []
+        client = _send_hung_request(server.http_port, answers)
+        _wait_until_executing(tmp_path)
+        start = time.monotonic()
+        server.process.send_signal(signum)
+        code = server.process.wait(timeout=EXIT_TIMEOUT_S + 30)
+        took = time.monotonic() - start
+        client.join(timeout=10)
+        assert took < EXIT_TIMEOUT_S + 2, f"exited after {took:.1f} s\n{server.log()}"
+        assert code == 0, server.log()
+        assert len(answers) == 1 and isinstance(answers[0], tuple), answers
+        status, body = answers[0]
+        assert status == 503 and b"the server is stopping" in body, answers
+        log = server.log()
+        assert "killed 1 Python worker process" in log
+        assert log.rstrip().endswith("Nereid stopped"), log
+    finally:
+        stop(server.process)
+
+
+def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
+    server = _start(tmp_path)
+    try:
+        answers: list[tuple[int, bytes] | BaseException] = []
+        client = _send_hung_request(server.http_port, answers)
+        _wait_until_executing(tmp_path)
+        server.process.send_signal(signal.SIGINT)
+        _wait_for_log(server, "stopping:")
+        start = time.monotonic()
+        server.process.send_signal(signal.SIGINT)
+        server.process.wait(timeout=EXIT_TIMEOUT_S + 30)
+        took = time.monotonic() - start
+        client.join(timeout=10)
+        assert took < 1.5, f"exited {took:.1f} s after the second SIGINT\n{server.log()}"
+        assert "SIGINT again: exiting at once" in server.log()
+    finally:
+        stop(server.process)
