@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--rate-limit", choices=("off", "execution_count"), default="off")
     p.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE")
-    p.add_argument("--response-cache-byte-size", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--response-cache-byte-size", type=int, default=None)
     p.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]")
     for flag in (*NOT_YET_SUPPORTED, *NO_EFFECT):
         p.add_argument(flag, action="append", default=None)

@@ -70,6 +70,11 @@ HELP = {
     "--log-verbose": "1 or more: debug logs, one line per HTTP request",
     "--rate-limit": "execution_count: run instances only while their rate-limiter resources are free",
     "--rate-limit-resource": "a resource's count, per device or global (repeatable)",
+    "--grpc-core": "native: pygrpc-native (the grpc extra); aio: grpc.aio; auto: native unless TLS, response "
+    "compression or connection ageing is asked for, or the extra is missing",
+    "--cache-config": "the response cache: local,size=BYTES or redis,host=...,port=...,password=... "
+    "(repeatable, one setting each)",
+    "--response-cache-byte-size": "Triton's older flag: a local response cache of this many bytes",
 }
 
 
