@@ -313,10 +313,15 @@ def _result(
             return f"output_tensors must hold pb_utils.Tensor objects, found {type(tensor)!r}"
         if tensor._name in wanted or not wanted:
             array = tensor._array
-            if tensor._datatype == "BYTES" and array.dtype.kind != "O":
+            if tensor._datatype == "BYTES" and not _of_bytes(array):
+                # np.bytes_ arrays, or str elements: bytes objects, as a worker's answer would have them
                 array = wire.deserialize_bytes(wire.serialize_bytes(array)).reshape(array.shape)
             outputs[tensor._name] = array
     return outputs
+
+
+def _of_bytes(array: Any) -> bool:
+    return array.dtype.kind == "O" and all(type(item) is bytes for item in array.flat)
 
 
 def _infer_request(request: pb_utils.InferenceRequest) -> Any:
