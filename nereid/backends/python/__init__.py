@@ -82,6 +82,12 @@ class PythonBackend:
     def create_instance(self, spec: InstanceSpec) -> PythonInstance | ThreadInstance:
         if execution_mode(spec.config, spec.backend_config) == "thread":
             self._spares.discard(str(spec.model_file))  # the auto-complete worker: not needed
+            if _launch(spec.config, spec.model_dir, spec.backend_config).execute_timeout_s > 0:
+                log.warning(
+                    "model '%s': the execute timeout does not apply in EXECUTION_MODE 'thread' (a thread "
+                    "cannot be stopped); executions run to their end",
+                    spec.model_name,
+                )
             return ThreadInstance(spec, _dumps(config_to_json(spec.config)))
         launch = _launch(spec.config, spec.model_dir, spec.backend_config)
         spare = self._spares.take((str(spec.model_file), launch.python))
