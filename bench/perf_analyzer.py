@@ -125,7 +125,7 @@ def measure_model(
             text=True,
         )
         if proc.returncode != 0 or not csv_path.exists():
-            if "Failed to obtain stable measurement" in proc.stdout and attempts > 1:
+            if "Failed to obtain stable measurement" in proc.stdout + proc.stderr and attempts > 1:
                 # A busy shared host: the windows disagreed. Measure again rather than lose the whole run.
                 print(f"perf_analyzer: no stable measurement at {concurrency_range}; again", file=sys.stderr)
                 return measure_model(binary, lib, model, target, concurrency_range, args, extra, attempts - 1)

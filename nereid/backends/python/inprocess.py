@@ -74,7 +74,9 @@ class InProcessHost:
     def _server_loop(self) -> asyncio.AbstractEventLoop:
         loop = self.loop or _server_loop
         if loop is None or loop.is_closed():
-            raise pb_utils.TritonModelException("the server's event loop is not running")
+            raise pb_utils.TritonModelException(
+                "this call needs the server, and its event loop is not running"
+            )
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -86,29 +88,29 @@ class InProcessHost:
     def exec(
         self, request: pb_utils.InferenceRequest, decoupled: bool
     ) -> Iterator[pb_utils.InferenceResponse]:
+        loop = self._server_loop()
         answers: queue.SimpleQueue[tuple[bool, pb_utils.InferenceResponse]] = queue.SimpleQueue()
         asyncio.run_coroutine_threadsafe(
-            run_bls(_infer_request(request), decoupled, lambda f, r: answers.put((f, _response(r)))),
-            self._server_loop(),
+            run_bls(_infer_request(request), decoupled, lambda f, r: answers.put((f, _response(r)))), loop
         )
         return _until_final(answers.get)
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        loop = self._server_loop()
         mine = asyncio.get_running_loop()  # the instance's private loop, running `async def execute`
         answers: asyncio.Queue[tuple[bool, pb_utils.InferenceResponse]] = asyncio.Queue()
 
         def answer(final: bool, result: InferResponse | NereidError | None) -> None:
             mine.call_soon_threadsafe(answers.put_nowait, (final, _response(result)))
 
-        asyncio.run_coroutine_threadsafe(
-            run_bls(_infer_request(request), decoupled, answer), self._server_loop()
-        )
+        asyncio.run_coroutine_threadsafe(run_bls(_infer_request(request), decoupled, answer), loop)
         if decoupled:
             return _async_until_final(answers)
         return (await answers.get())[1]
 
     def control(self, action: str, model_name: str, argument: Any) -> Any:
-        future = asyncio.run_coroutine_threadsafe(control(action, model_name, argument), self._server_loop())
+        loop = self._server_loop()
+        future = asyncio.run_coroutine_threadsafe(control(action, model_name, argument), loop)
         try:
             return future.result()
         except NereidError as exc:
@@ -123,12 +125,14 @@ class InProcessHost:
     def respond(
         self, stream_id: int, response: pb_utils.InferenceResponse | None, final: bool, wanted: frozenset[str]
     ) -> None:
-        stream = self.streams.pop(stream_id, None) if final else self.streams.get(stream_id)
+        stream = self.streams.get(stream_id)
         if stream is None:
             raise pb_utils.TritonModelException("Unable to send response: the request is no longer open.")
         result = None if response is None else _result(response, wanted)
         if isinstance(result, str):
             raise pb_utils.TritonModelException(result)
+        if final:
+            self.streams.pop(stream_id, None)
         try:
             stream.loop.call_soon_threadsafe(stream.put, result, final)
         except RuntimeError:  # the server's loop closed: nobody reads the stream any more

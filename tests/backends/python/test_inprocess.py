@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nereid.backends.python.worker import pb_utils
 from nereid.errors import ModelConfigError
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
@@ -62,6 +63,7 @@ def manager(repository: Path) -> Iterator[ModelManager]:
         yield manager
     finally:
         manager.stop()
+        pb_utils.set_default_host(None)  # this process is a test's again, with no server in it
 
 
 def test_inputs_reach_the_model_and_come_back_without_copies(manager: ModelManager) -> None:

@@ -499,9 +499,9 @@ class InferenceResponseSender:
             raise TritonModelException("Inference Response object is needed when the flag is not final")
         if response is not None and not isinstance(response, InferenceResponse):
             raise TritonModelException(f"send takes an InferenceResponse, not {type(response).__name__}")
+        self._host.respond(self._stream_id, response, final, self._output_names)
         if final:
             self._closed = True
-        self._host.respond(self._stream_id, response, final, self._output_names)
 
     def is_cancelled(self) -> bool:
         return self._host.is_cancelled(self._stream_id)
