@@ -8,10 +8,16 @@ Over gRPC a bare grpc.aio server that answers the same requests with no model be
 infer requests with a fixed response (http_infer_echo_app.py) gives it. Afterwards each server's statistics say how large its
 batches were (inference_count / execution_count).
 
-Prints the median infer/s per server, the ratios nereid/triton, nereid/ceiling and ceiling/triton, and
-whether the targets are met: over HTTP at least 1.0 of Triton everywhere and 1.5 from concurrency 16
-on; over gRPC at least 0.9 of the ceiling. The ceiling/triton column bounds what any Python server can
-reach on the machine at hand: a target above it is out of reach there.
+Nereid runs once per execution mode of the Python backend (--modes: `process`, workers as in Triton,
+and `thread`, model.py inside the server process). Each measurement also takes the CPU time of every
+process of the server (workers and stubs included) per request completed in it.
+
+Prints the median infer/s and CPU microseconds per request of each server, the ratios nereid/triton,
+nereid/ceiling and ceiling/triton, and whether the targets are met: over HTTP at least 1.0 of Triton
+everywhere and 1.5 from concurrency 16 on; over gRPC at least 0.9 of the ceiling (worker processes) or
+1.0 of Triton at concurrency 16 (thread mode); in thread mode, at most half of Triton's CPU per request.
+The ceiling/triton column bounds what any Python server can reach on the machine at hand: a target
+above it is out of reach there.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from _common import ROOT, free_port, start, start_nereid, stop, wait_ready
+from cpu import completed_requests, cpu_per_request
 from grpc_frontend import wait_port
 from perf_analyzer import install_perf_analyzer, measure_model
 
@@ -39,6 +46,7 @@ HERE = Path(__file__).resolve().parent
 MODEL = "add_sub"
 SOURCE = ROOT / "examples" / "python_model_repository" / MODEL
 HTTP_TARGET, HTTP_TARGET_HIGH, HIGH_FROM, GRPC_TARGET = 1.0, 1.5, 16, 0.9
+THREAD_GRPC_TARGET, THREAD_CPU_TARGET = 1.0, 0.5  # thread mode: of Triton's infer/s, of its CPU per request
 CEILINGS = {"http": "http-echo", "grpc": "grpc-echo"}  # protocol -> the bare server that bounds it
 
 
@@ -49,6 +57,7 @@ class Run:
     name: str
     protocols: tuple[str, ...]
     rates: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    cpu_us: dict[tuple[str, int], list[float]] = field(default_factory=dict)  # per request
     batch_sizes: list[float] = field(default_factory=list)
 
 
@@ -63,8 +72,10 @@ def start_server(
     name: str, repository: Path, http_port: int, grpc_port: int, processes: int = 1
 ) -> subprocess.Popen[bytes]:
     """`processes`: how many processes the HTTP ceiling runs."""
-    if name == "nereid":
-        process = start_nereid(http_port, repository, grpc_port)
+    if name.startswith("nereid"):
+        mode = name.partition("-")[2]
+        flags = (f"--backend-config=python,execution-mode={mode}",) if mode else ()
+        process = start_nereid(http_port, repository, grpc_port, *flags)
     elif name == "triton":
         command, env = triton_command(repository, http_port, grpc_port)
         process = start(command, "triton", env)
@@ -113,10 +124,16 @@ def measure(
         process = start_server(run.name, repository, http_port, grpc_port, args.ceiling_processes)
         for protocol in run.protocols:
             for concurrency in concurrencies:
-                (row,) = measure_model(
-                    *tool, MODEL, targets[protocol](), f"{concurrency}:{concurrency}:1", args
-                )
+                served = run.name not in CEILINGS.values()  # the ceilings keep no statistics
+                with cpu_per_request(
+                    process.pid, (lambda: completed_requests(http_port, MODEL)) if served else (lambda: 1)
+                ) as cpu:
+                    (row,) = measure_model(
+                        *tool, MODEL, targets[protocol](), f"{concurrency}:{concurrency}:1", args
+                    )
                 run.rates.setdefault((protocol, concurrency), []).append(float(row["Inferences/Second"]))
+                if served:
+                    run.cpu_us.setdefault((protocol, concurrency), []).append(cpu.microseconds)
         if run.name not in CEILINGS.values():
             run.batch_sizes.append(average_batch(http_port))
     finally:
@@ -131,6 +148,7 @@ def main() -> int:
     parser.add_argument("--stability", type=int, default=100, help="perf_analyzer stability percent")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every server, alternating")
     parser.add_argument("--protocol", action="append", choices=("http", "grpc"), help="default: both")
+    parser.add_argument("--modes", default="process,thread", help="Nereid's Python execution modes to run")
     parser.add_argument(
         "--ceiling-processes", type=int, default=1, help="uvicorn processes of the HTTP ceiling (default 1)"
     )
@@ -138,7 +156,8 @@ def main() -> int:
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     protocols = tuple(args.protocol or ("http", "grpc"))
     tool = install_perf_analyzer()
-    runs = [Run("nereid", protocols), Run("triton", protocols)]
+    runs = [Run("nereid" if m == "process" else f"nereid-{m}", protocols) for m in args.modes.split(",")]
+    runs.append(Run("triton", protocols))
     runs.extend(Run(CEILINGS[p], (p,)) for p in protocols)
     with tempfile.TemporaryDirectory(prefix="nereid-bench-batching-") as tmp:
         repository = batched_repository(Path(tmp) / "repository")
@@ -150,7 +169,10 @@ def main() -> int:
                     print(f"FAILED on {run.name}: {exc}", file=sys.stderr)
                     return 1
             line = "  ".join(
-                f"{r.name} {p} c{c}={r.rates[(p, c)][-1]:.0f}" for r in runs for (p, c) in r.rates
+                f"{r.name} {p} c{c}={r.rates[(p, c)][-1]:.0f}"
+                + (f"/{r.cpu_us[(p, c)][-1]:.0f}us" if (p, c) in r.cpu_us else "")
+                for r in runs
+                for (p, c) in r.rates
             )
             print(f"round {round_ + 1}: {line}", flush=True)
     report(runs, protocols, concurrencies)
@@ -159,34 +181,53 @@ def main() -> int:
 
 def report(runs: list[Run], protocols: tuple[str, ...], concurrencies: list[int]) -> None:
     by_name = {r.name: r for r in runs}
-    nereid, triton = by_name["nereid"], by_name["triton"]
+    triton = by_name["triton"]
+    nereids = [r for r in runs if r.name.startswith("nereid")]
     median = {(r.name, key): statistics.median(rates) for r in runs for key, rates in r.rates.items()}
+    cpu = {(r.name, key): statistics.median(us) for r in runs for key, us in r.cpu_us.items()}
     print(
-        f"\nmodel {MODEL} (Python backend, FP32 [16], max_batch_size 64, dynamic_batching), median infer/s:"
+        f"\nmodel {MODEL} (Python backend, FP32 [16], max_batch_size 64, dynamic_batching), median infer/s,"
+        " CPU us per request (all the server's processes), per-round range of nereid/triton:"
     )
     print(
-        f"  {'protocol':<8} {'conc':>4} {'nereid':>9} {'triton':>9} {'ceiling':>9} {'n/triton':>9} {'n/ceiling':>9}"
-        f" {'c/triton':>9}"
+        f"  {'server':<13} {'protocol':<8} {'conc':>4} {'infer/s':>9} {'triton':>9} {'ceiling':>9}"
+        f" {'n/triton':>9} {'rounds':>10} {'n/ceiling':>9} {'c/triton':>9} {'cpu us':>7} {'triton us':>9}"
+        f" {'cpu ratio':>9}"
     )
     met = True
-    for protocol in protocols:
-        for c in concurrencies:
-            n, t = median[("nereid", (protocol, c))], median[("triton", (protocol, c))]
-            ceiling = median[(CEILINGS[protocol], (protocol, c))]
-            line = f"  {protocol:<8} {c:>4} {n:>9.0f} {t:>9.0f} {ceiling:>9.0f} {n / t:>9.2f}"
-            line += f" {n / ceiling:>9.2f} {ceiling / t:>9.2f}"
-            if protocol == "http":
-                target = HTTP_TARGET_HIGH if c >= HIGH_FROM else HTTP_TARGET
-                ok = n / t >= target
-            else:
-                target = GRPC_TARGET
-                ok = n / ceiling >= target
-            met &= ok
-            print(f"{line}   target {target:.1f} {'met' if ok else 'NOT met'}")
-    print(
-        f"  average batch size over a whole run: nereid {statistics.mean(nereid.batch_sizes):.1f}, "
-        f"triton {statistics.mean(triton.batch_sizes):.1f}"
-    )
+    for run in nereids:
+        thread = run.name != "nereid"
+        for protocol in protocols:
+            for c in concurrencies:
+                key = (protocol, c)
+                n, t = median[(run.name, key)], median[("triton", key)]
+                ceiling = median[(CEILINGS[protocol], key)]
+                per_round = sorted(a / b for a, b in zip(run.rates[key], triton.rates[key], strict=True))
+                cpu_n, cpu_t = cpu[(run.name, key)], cpu[("triton", key)]
+                line = (
+                    f"  {run.name:<13} {protocol:<8} {c:>4} {n:>9.0f} {t:>9.0f} {ceiling:>9.0f} {n / t:>9.2f}"
+                )
+                line += f" {per_round[0]:>4.2f}-{per_round[-1]:<4.2f} {n / ceiling:>9.2f} {ceiling / t:>9.2f}"
+                line += f" {cpu_n:>7.0f} {cpu_t:>9.0f} {cpu_n / cpu_t:>9.2f}"
+                checks = []
+                if protocol == "http":
+                    target = HTTP_TARGET_HIGH if c >= HIGH_FROM else HTTP_TARGET
+                    checks.append((f"{target:.1f}x triton", n / t >= target))
+                elif thread:
+                    if c == HIGH_FROM:
+                        checks.append((f"{THREAD_GRPC_TARGET:.1f}x triton", n / t >= THREAD_GRPC_TARGET))
+                else:
+                    checks.append((f"{GRPC_TARGET:.1f}x ceiling", n / ceiling >= GRPC_TARGET))
+                if thread:
+                    checks.append(
+                        (f"cpu <= {THREAD_CPU_TARGET:.1f}x triton", cpu_n / cpu_t <= THREAD_CPU_TARGET)
+                    )
+                for name, ok in checks:
+                    met &= ok
+                    line += f"  {name} {'met' if ok else 'NOT met'}"
+                print(line)
+    sizes = ", ".join(f"{r.name} {statistics.mean(r.batch_sizes):.1f}" for r in [*nereids, triton])
+    print(f"  average batch size over a whole run: {sizes}")
     print("all targets met" if met else "some targets NOT met")
 
 

@@ -94,9 +94,10 @@ def measure_model(
     concurrency_range: str,
     args: argparse.Namespace,
     extra: tuple[str, ...] = (),
+    attempts: int = 3,
 ) -> list[dict[str, str]]:
     """perf_analyzer on `model` at `target` (its -u/-i flags), with `extra` flags; one CSV row per
-    concurrency."""
+    concurrency. Up to `attempts` runs when the measurement windows are not stable."""
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib), env.get("LD_LIBRARY_PATH")) if p)
     with tempfile.TemporaryDirectory(prefix="nereid-bench-") as tmp:
@@ -124,6 +125,10 @@ def measure_model(
             text=True,
         )
         if proc.returncode != 0 or not csv_path.exists():
+            if "Failed to obtain stable measurement" in proc.stdout + proc.stderr and attempts > 1:
+                # A busy shared host: the windows disagreed. Measure again rather than lose the whole run.
+                print(f"perf_analyzer: no stable measurement at {concurrency_range}; again", file=sys.stderr)
+                return measure_model(binary, lib, model, target, concurrency_range, args, extra, attempts - 1)
             raise RuntimeError(f"perf_analyzer failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
         with open(csv_path, newline="") as fh:
             return sorted(csv.DictReader(fh), key=lambda r: int(r["Concurrency"]))

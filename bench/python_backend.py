@@ -2,15 +2,19 @@
 
 Both servers load the same repository, `add_sub` from examples/python_model_repository (FP32 [16],
 max_batch_size 64, one CPU instance), and perf_analyzer measures each at the same concurrencies, one
-server at a time; the servers alternate for --rounds rounds. Prints infer/s per round, then the median
-infer/s and latencies per server, the ratio nereid/triton of the medians, and the lowest and highest
-ratio of the two within one round (how far this machine's noise moves it), per concurrency.
+server at a time; the servers alternate for --rounds rounds. Nereid runs once per execution mode of the
+Python backend (--modes: `process`, workers as in Triton, and `thread`, model.py inside the server).
+Prints infer/s per round, then the median infer/s, latencies and CPU microseconds per request (every
+process of the server, workers and stubs included, over each measurement, per request completed in it)
+per server, the ratio nereid/triton of the medians, and the lowest and highest ratio of the two within
+one round (how far this machine's noise moves it), per concurrency.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from _common import ROOT, free_port, start, start_nereid, stop, wait_ready
+from cpu import completed_requests, cpu_per_request
 from perf_analyzer import install_perf_analyzer, measure_model
 
 sys.path.insert(0, str(ROOT))
@@ -30,6 +35,15 @@ SOURCE = ROOT / "examples" / "python_model_repository" / MODEL
 PROTOCOLS: dict[str, Callable[[int], list[str]]] = {
     "http": lambda port: ["-u", f"127.0.0.1:{port}"],
 }
+
+
+def nereid_name(mode: str) -> str:
+    return "nereid" if mode == "process" else f"nereid-{mode}"
+
+
+def nereid_starter(mode: str) -> Callable[[int, Path], subprocess.Popen[bytes]]:
+    flags = () if mode == "process" else (f"--backend-config=python,execution-mode={mode}",)
+    return lambda port, repository: start_nereid(port, repository, None, *flags)
 
 
 def start_triton(port: int, repository: Path) -> subprocess.Popen[bytes]:
@@ -48,12 +62,15 @@ def main() -> int:
     parser.add_argument("--protocol", action="append", choices=sorted(PROTOCOLS), help="default: all")
     parser.add_argument("--nereid-only", action="store_true", help="skip the real Triton")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both servers, alternating")
+    parser.add_argument("--modes", default="process,thread", help="Nereid's Python execution modes to run")
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     protocols = args.protocol or sorted(PROTOCOLS)
 
     binary, lib = install_perf_analyzer()
-    servers: dict[str, Callable[[int, Path], subprocess.Popen[bytes]]] = {"nereid": start_nereid}
+    servers: dict[str, Callable[[int, Path], subprocess.Popen[bytes]]] = {
+        nereid_name(mode): nereid_starter(mode) for mode in args.modes.split(",")
+    }
     if not args.nereid_only:
         servers["triton"] = start_triton
     # (server, protocol, concurrency) -> perf_analyzer's CSV row, one per round
@@ -72,6 +89,7 @@ def main() -> int:
                     return 1
             line = "  ".join(
                 f"{server} c{c}={float(results[(server, p, c)][-1]['Inferences/Second']):.0f}"
+                f"/{float(results[(server, p, c)][-1]['cpu us']):.0f}us"
                 for p in protocols
                 for c in concurrencies
                 for server in servers
@@ -99,9 +117,11 @@ def measure_server(
         wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", process, timeout=120)
         for protocol in protocols:
             for concurrency in concurrencies:
-                (row,) = measure_model(
-                    binary, lib, MODEL, PROTOCOLS[protocol](port), f"{concurrency}:{concurrency}:1", args
-                )
+                with cpu_per_request(process.pid, lambda: completed_requests(port, MODEL)) as cpu:
+                    (row,) = measure_model(
+                        binary, lib, MODEL, PROTOCOLS[protocol](port), f"{concurrency}:{concurrency}:1", args
+                    )
+                row["cpu us"] = f"{cpu.microseconds:.1f}"
                 results.setdefault((server, protocol, concurrency), []).append(row)
     finally:
         stop(process)
@@ -130,31 +150,41 @@ def report(
     results: dict[tuple[str, str, int], list[dict[str, str]]],
 ) -> None:
     print(
-        f"model {MODEL} (Python backend, FP32 [16], max_batch_size 64), batch 1, perf_analyzer, median round:"
+        f"model {MODEL} (Python backend, FP32 [16], max_batch_size 64), batch 1, perf_analyzer, median round;"
+        " cpu: CPU microseconds per request, all the server's processes:"
     )
+    nereids = [s for s in servers if s.startswith("nereid")]
     header = f"  {'protocol':<8} {'conc':>4}"
     for server in servers:
-        header += f" {server + ' inf/s':>14} {'p50 ms':>7} {'p99 ms':>7}"
+        header += f" {server + ' inf/s':>19} {'p50 ms':>7} {'p99 ms':>7} {'cpu us':>7}"
     if "triton" in servers:
-        header += f" {'nereid/triton':>14} {'per round':>10}"
+        for server in nereids:
+            header += f" {server + '/triton':>19} {'per round':>10} {'cpu ratio':>9}"
     print(header)
     for protocol in protocols:
         for concurrency in concurrencies:
             line = f"  {protocol:<8} {concurrency:>4}"
             medians = {server: _median_row(results[(server, protocol, concurrency)]) for server in servers}
-            for row in medians.values():
+            cpu = {
+                server: statistics.median(
+                    float(r["cpu us"]) for r in results[(server, protocol, concurrency)]
+                )
+                for server in servers
+            }
+            for server, row in medians.items():
                 line += (
-                    f" {float(row['Inferences/Second']):>14.1f} {int(row['p50 latency']) / 1000:>7.3f}"
-                    f" {int(row['p99 latency']) / 1000:>7.3f}"
+                    f" {float(row['Inferences/Second']):>19.1f} {int(row['p50 latency']) / 1000:>7.3f}"
+                    f" {int(row['p99 latency']) / 1000:>7.3f} {cpu[server]:>7.0f}"
                 )
             if "triton" in servers:
-                ratio = float(medians["nereid"]["Inferences/Second"]) / float(
-                    medians["triton"]["Inferences/Second"]
-                )
-                rounds = round_ratios(
-                    results[("nereid", protocol, concurrency)], results[("triton", protocol, concurrency)]
-                )
-                line += f" {ratio:>14.2f} {rounds:>10}"
+                for server in nereids:
+                    ratio = float(medians[server]["Inferences/Second"]) / float(
+                        medians["triton"]["Inferences/Second"]
+                    )
+                    rounds = round_ratios(
+                        results[(server, protocol, concurrency)], results[("triton", protocol, concurrency)]
+                    )
+                    line += f" {ratio:>19.2f} {rounds:>10} {cpu[server] / cpu['triton']:>9.2f}"
             print(line)
 
 

@@ -112,6 +112,21 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+PYTHON_EXECUTION_MODES = ("process", "thread")
+
+
+@pytest.fixture(scope="module", params=PYTHON_EXECUTION_MODES)
+def python_execution_mode(request: pytest.FixtureRequest) -> str:
+    """Where Python models run: each module's servers start once per mode (worker processes, then threads
+    of the server process)."""
+    return str(request.param)
+
+
+def execution_mode_flags(mode: str) -> tuple[str, ...]:
+    """The server flags that make `mode` every Python model's default."""
+    return () if mode == "process" else (f"--backend-config=python,execution-mode={mode}",)
+
+
 @pytest.fixture
 def examples_repository(tmp_path: Path) -> Path:
     target = tmp_path / "model_repository"

@@ -76,6 +76,12 @@ class InstancePool:
         self._instances = list(instances)
         # Checked once: an isinstance check against a runtime Protocol costs microseconds.
         self._async = [isinstance(i, AsyncModelInstance) for i in self._instances]
+        # Blocking instances that may run on the event loop when fast (those whose model code may wait for
+        # the server, or take long now and then, say no with `runs_inline = False`).
+        self._inline = [
+            not a and getattr(i, "runs_inline", True)
+            for i, a in zip(self._instances, self._async, strict=True)
+        ]
         self._outstanding = [0] * len(self._instances)
         self._thread_depth = thread_depth
         self._inline_limit_s = inline_limit_s
@@ -158,7 +164,7 @@ class InstancePool:
         if average is None or average >= self._inline_limit_s or self._limiter is not None:
             return -1
         for index, outstanding in enumerate(self._outstanding):
-            if outstanding == 0 and not self._async[index]:
+            if outstanding == 0 and self._inline[index]:
                 return index
         return -1
 
@@ -176,7 +182,9 @@ class InstancePool:
         loop, when it ends. A blocking instance skips an execution held behind the running one when
         `abandoned()` has become true meanwhile (its callers went away). `limited` False runs it outside
         the rate limiter (warmup, before the version serves)."""
-        loop = self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._attach(loop)
         if self._closed:
             error = Unavailable(f"model {self.label} is unloading")
             done([error] * len(requests), 0, 0)
@@ -217,6 +225,15 @@ class InstancePool:
             done(results, started, ended)
 
         return released
+
+    def _attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Executions now come from `loop`: tell the instances that want to know (in-process Python models
+        call the server there)."""
+        self._loop = loop
+        for instance in self._instances:
+            on_loop = getattr(instance, "on_loop", None)
+            if on_loop is not None:
+                on_loop(loop)
 
     def run_inline(self, index: int, requests: Sequence[BackendRequest], done: Completion) -> None:
         """Run an execution on the event loop, now (an instance `inline_index` chose); `done` is called
@@ -302,8 +319,9 @@ class InstancePool:
 
     async def model_ready(self) -> bool:
         """The model's own readiness check (Python models' `is_ready`), asked of every instance."""
-        for instance, is_async in zip(self._instances, self._async, strict=True):
-            if is_async and not await cast(AsyncModelInstance, instance).model_ready():
+        for instance in self._instances:
+            ready = getattr(instance, "model_ready", None)  # in-process Python models have one too
+            if ready is not None and not await ready():
                 return False
         return True
 

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import free_ports
+from tests.conftest import execution_mode_flags, free_ports
 from tests.differential.conftest import HERE, server_pair
 from tests.differential.test_differential import _send
 
@@ -37,7 +37,7 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+def servers(tmp_path_factory: pytest.TempPathFactory, python_execution_mode: str) -> Iterator[list[Server]]:
     base = tmp_path_factory.mktemp("batching")
     repository = base / "repository"
     shutil.copytree(HERE / "batching_models", repository)
@@ -50,7 +50,11 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
         "--allow-metrics=true",
         repository=repository,
         triton_flags=(f"--metrics-port={triton_port}",),
-        nereid_flags=(f"--metrics-port={nereid_port}", "--metrics-address=127.0.0.1"),
+        nereid_flags=(
+            f"--metrics-port={nereid_port}",
+            "--metrics-address=127.0.0.1",
+            *execution_mode_flags(python_execution_mode),
+        ),
     ) as pair:
         yield [
             Server("triton", pair.triton_http, f"http://127.0.0.1:{triton_port}/metrics"),

@@ -10,14 +10,16 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import ROOT, TRITON_EXAMPLES, RunningServer, start_nereid, stop
+from tests.conftest import ROOT, TRITON_EXAMPLES, RunningServer, execution_mode_flags, start_nereid, stop
 
 PYTHON_EXAMPLES = ROOT / "examples" / "python_model_repository"
 FAULTY = ROOT / "tests" / "backends" / "python" / "models" / "faulty"
 
 
 @pytest.fixture(scope="module")
-def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def python_server(
+    tmp_path_factory: pytest.TempPathFactory, python_execution_mode: str
+) -> Iterator[RunningServer]:
     base = tmp_path_factory.mktemp("python_backend")
     repository = base / "model_repository"
     shutil.copytree(PYTHON_EXAMPLES, repository)
@@ -25,7 +27,7 @@ def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningS
     fixture = TRITON_EXAMPLES / "simple_identity" / "config.pbtxt"
     if fixture.exists():  # Triton's own configuration of simple_identity, with our model.py
         shutil.copy(fixture, repository / "simple_identity" / "config.pbtxt")
-    server = start_nereid(repository, base / "nereid.log")
+    server = start_nereid(repository, base / "nereid.log", *execution_mode_flags(python_execution_mode))
     try:
         yield server
     finally:
@@ -80,7 +82,7 @@ def test_metadata_config_and_readiness(python_server: RunningServer) -> None:
     assert config["max_batch_size"] == 64
 
 
-def test_model_errors_reach_the_client(python_server: RunningServer) -> None:
+def test_model_errors_reach_the_client(python_server: RunningServer, python_execution_mode: str) -> None:
     client = httpclient.InferenceServerClient(python_server.url)
 
     def ask(command: str) -> httpclient.InferResult:
@@ -94,9 +96,13 @@ def test_model_errors_reach_the_client(python_server: RunningServer) -> None:
     with pytest.raises(InferenceServerException, match="the model refused this request") as refused:
         ask("error")
     assert refused.value.status() == "400"
-    with pytest.raises(InferenceServerException, match="Stub process 'faulty_0' is not healthy"):
-        ask("segfault")
-    assert ask("ok").as_numpy("OUTPUT0")[0] == b"ok"  # waited for the restarted worker
+    if python_execution_mode == "process":
+        with pytest.raises(InferenceServerException, match="Stub process 'faulty_0' is not healthy"):
+            ask("segfault")
+    answer = ask("ok").as_numpy("OUTPUT0")  # after a crash, from the restarted worker
+    assert answer[0] == b"ok"
+    # In thread mode the model runs in the server process itself (where a crash would end the server).
+    assert (int(answer[1]) == python_server.process.pid) == (python_execution_mode == "thread")
     assert client.is_model_ready("faulty")
     assert "ValueError: the model raised" in python_server.log()
 

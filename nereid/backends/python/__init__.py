@@ -1,9 +1,17 @@
-"""Python backend (`backend: "python"`): Triton's model.py files, each instance in a worker process.
+"""Python backend (`backend: "python"`): Triton's model.py files, each instance in a worker process, or
+on a thread of the server process itself.
 
 Settings, from `--backend-config=python,<key>=<value>` (server-wide) and from the model's config
 `parameters` (per model, taking precedence):
 
-- `EXECUTION_ENV_PATH` (model): the environment whose Python runs the workers (folder or conda-pack archive).
+- `EXECUTION_MODE` / `execution-mode`: `process` (the default, as in Triton) runs each instance in a worker
+  process; `thread` runs model.py inside the server process, each instance on a thread of its own
+  (inprocess.py). Thread mode saves each request the hop to a worker and back, which is most of what a
+  light model costs the server's CPU; in exchange, a crash in model code takes the server down, an
+  execution that hangs holds its instance (no execute timeout applies), and the model's Python code
+  shares the GIL with the frontends. It suits models that are light or that release the GIL.
+- `EXECUTION_ENV_PATH` (model): the environment whose Python runs the workers (folder or conda-pack archive);
+  process mode only.
 - `execute-timeout-seconds` / `EXECUTE_TIMEOUT_SECONDS`: an execution running longer fails, and its worker
   is killed and restarted. Default 0: no limit, as in Triton.
 - `stuck-execution-seconds` / `STUCK_EXECUTION_SECONDS` (beyond Triton): while an execution has run
@@ -34,6 +42,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends.base import InstanceSpec
 from nereid.backends.python.environment import worker_python
+from nereid.backends.python.inprocess import ThreadInstance
 from nereid.backends.python.instance import PythonInstance
 from nereid.backends.python.process import WorkerLaunch, WorkerProcess, start_worker
 from nereid.backends.python.worker import wire
@@ -63,6 +72,7 @@ class PythonBackend:
         then waits (briefly) for the model's first instance, which saves starting another Python."""
         if not model_file.exists():
             raise Unavailable(f"model file not found: '{model_file}'")
+        execution_mode(config, {})  # a model's own EXECUTION_MODE that cannot be is refused first
         launch = _launch(config, model_file.parent.parent, {})
         label = f"model '{config.name}' (auto-complete)"
         request = (wire.AUTO_COMPLETE, str(model_file), _dumps(config_to_json(config)))
@@ -73,7 +83,16 @@ class PythonBackend:
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
         pass
 
-    def create_instance(self, spec: InstanceSpec) -> PythonInstance:
+    def create_instance(self, spec: InstanceSpec) -> PythonInstance | ThreadInstance:
+        if execution_mode(spec.config, spec.backend_config) == "thread":
+            self._spares.discard(str(spec.model_file))  # the auto-complete worker: not needed
+            if _launch(spec.config, spec.model_dir, spec.backend_config).execute_timeout_s > 0:
+                log.warning(
+                    "model '%s': the execute timeout does not apply in EXECUTION_MODE 'thread' (a thread "
+                    "cannot be stopped); executions run to their end",
+                    spec.model_name,
+                )
+            return ThreadInstance(spec, _dumps(config_to_json(spec.config)))
         launch = _launch(spec.config, spec.model_dir, spec.backend_config)
         spare = self._spares.take((str(spec.model_file), launch.python))
         return PythonInstance(spec, launch, _dumps(config_to_json(spec.config)), spare)
@@ -125,6 +144,25 @@ class _SpareWorkers:
 
 def create_backend() -> PythonBackend:
     return PythonBackend()
+
+
+def execution_mode(config: mc.ModelConfig, backend_config: Mapping[str, str]) -> str:
+    """`process` or `thread`: the model's EXECUTION_MODE, else the server-wide execution-mode."""
+    parameters = config.parameters
+    own = parameters["EXECUTION_MODE"].string_value if "EXECUTION_MODE" in parameters else ""
+    mode = (own or backend_config.get("execution-mode") or "process").strip().lower()
+    source = "parameter 'EXECUTION_MODE'" if own else "--backend-config=python,execution-mode"
+    if mode not in ("process", "thread"):
+        raise ModelConfigError(
+            f"model '{config.name}': {source} must be 'process' or 'thread', got '{own or mode}'"
+        )
+    if mode == "thread" and "EXECUTION_ENV_PATH" in parameters:
+        raise ModelConfigError(
+            f"model '{config.name}': EXECUTION_MODE 'thread' (from {source}) runs model.py in the server's "
+            "own Python, so it cannot use the environment that parameter 'EXECUTION_ENV_PATH' names; set "
+            "parameter 'EXECUTION_MODE' to 'process' for this model, or remove 'EXECUTION_ENV_PATH'"
+        )
+    return mode
 
 
 def _launch(config: mc.ModelConfig, model_dir: Path, backend_config: Mapping[str, str]) -> WorkerLaunch:

@@ -27,7 +27,7 @@ from typing import Any
 
 from nereid.backends.base import BackendRequest, ExecutionDone, InstanceSpec
 from nereid.backends.python.bls import serve_bls, serve_control
-from nereid.backends.python.messages import decode_inline_result, decode_result, encode_request
+from nereid.backends.python.messages import decode_inline_result, decode_result, encode_request, instance_args
 from nereid.backends.python.outbox import Outbox, send
 from nereid.backends.python.process import WorkerLaunch, WorkerProcess, exit_description, start_worker
 from nereid.backends.python.worker import wire
@@ -81,15 +81,7 @@ class PythonInstance:
         self._label = f"model '{spec.model_name}' instance '{spec.instance_name}'"
         self._launch = launch
         self._server = spec.server  # what the model's BLS requests and model control go to
-        args = {
-            "model_config": config_json,
-            "model_instance_kind": spec.kind,
-            "model_instance_name": spec.instance_name,
-            "model_instance_device_id": str(spec.device_id),
-            "model_repository": str(spec.model_dir),
-            "model_version": str(spec.version),
-            "model_name": spec.model_name,
-        }
+        args = instance_args(spec, config_json)
         self._init = (wire.INIT, str(spec.model_file), args, launch.arena_size, launch.busy_wait_us)
         # The loop waits for a lone execution less long than a worker for its next request: an execution of
         # a small model is quick, and a loop turning in vain takes CPU from the rest of the server.

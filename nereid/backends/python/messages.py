@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from nereid.backends.base import BackendRequest, BackendResult, Outputs
+from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
 from nereid.backends.python.worker import wire
 from nereid.errors import (
     AlreadyExists,
@@ -48,6 +48,12 @@ def encode_request(writer: wire.TensorWriter, request: BackendRequest, stream_id
                 f"input '{name}' has numpy dtype {data.dtype}, which Python models cannot take"
             )
         inputs.append(writer.add(name, datatype, data))
+    return (*request_fields(request), tuple(inputs), stream_id)
+
+
+def request_fields(request: BackendRequest) -> tuple[str, int | str, int, str, int, tuple[str, ...]]:
+    """What model code learns of a request besides its inputs: id, correlation id, flags, parameters (as
+    JSON text), timeout and requested outputs, in pb_utils' order."""
     parameters = request.parameters
     return (
         request.id,
@@ -56,9 +62,20 @@ def encode_request(writer: wire.TensorWriter, request: BackendRequest, stream_id
         orjson.dumps(parameters).decode() if parameters else "{}",
         request.timeout_us,
         request.outputs,
-        tuple(inputs),
-        stream_id,
     )
+
+
+def instance_args(spec: InstanceSpec, config_json: str) -> dict[str, str]:
+    """The `args` a model's initialize gets, as Triton names them."""
+    return {
+        "model_config": config_json,
+        "model_instance_kind": spec.kind,
+        "model_instance_name": spec.instance_name,
+        "model_instance_device_id": str(spec.device_id),
+        "model_repository": str(spec.model_dir),
+        "model_version": str(spec.version),
+        "model_name": spec.model_name,
+    }
 
 
 def decode_inline_result(result: tuple[Any, ...] | None) -> Outputs | NereidError | None:

@@ -4,6 +4,13 @@ The worker registers this module under that name. It covers the public API of Tr
 requests, responses, errors, logging, the auto-complete helper and the type helpers), response senders
 for decoupled models, and BLS: `InferenceRequest.exec` / `async_exec` and model control, which the
 server runs through its engine (the target model's own scheduler) while model code waits.
+
+Everything that reaches the server goes through a `Host` (BLS, model control, decoupled responses,
+cancellation, logging, the model folder). In a worker process that is `ChannelHost`, over the socket. A
+model run in the server process itself (EXECUTION_MODE thread) shares this one module with every other
+such model, so its host is bound to the threads that run its code (`bind_thread`); threads that model
+code starts itself fall back to the process-wide host, and response senders keep the host they were
+made under.
 """
 
 from __future__ import annotations
@@ -11,7 +18,8 @@ from __future__ import annotations
 import json
 import struct  # noqa: F401 (Triton's module has it; models use pb_utils.struct)
 import sys
-from typing import Any, Callable, Iterable, Sequence
+import threading
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -65,28 +73,72 @@ _TYPE_NUMBERS = {
 }
 _NUMBER_TYPES = {number: name for name, number in _TYPE_NUMBERS.items()}
 
-# Set by the worker: where Logger messages go, and the model version folder.
-_log_sink: Callable[[int, str], None] | None = None
-_model_dir = ""
-_channel: Channel | None = None  # to the server, for response senders and BLS
+
+class Host(Protocol):
+    """What model code reaches through this module: the server, the log, and the model's folder."""
+
+    model_dir: str
+
+    def log(self, level: int, text: str) -> None: ...
+
+    def exec(self, request: InferenceRequest, decoupled: bool) -> Iterator[InferenceResponse]:
+        """The responses to a BLS request, as they come (the last one final)."""
+        ...
+
+    async def async_exec(self, request: InferenceRequest, decoupled: bool) -> Any:
+        """A BLS request's response, or with `decoupled` an async iterator over its responses."""
+        ...
+
+    def control(self, action: str, model_name: str, argument: Any) -> Any:
+        """load, unload or ready; raises TritonModelException when the server refuses."""
+        ...
+
+    def respond(
+        self, stream_id: int, response: InferenceResponse | None, final: bool, wanted: frozenset[str]
+    ) -> None:
+        """A decoupled model's response to the request `stream_id` (None: the final flag alone)."""
+        ...
+
+    def is_cancelled(self, stream_id: int) -> bool: ...
+
+
+_default_host: Host | None = None  # the worker's, or the server process's for threads of model code
+_bound = threading.local()  # .host: the host of the model whose code runs on this thread
 
 
 def _configure(log_sink: Callable[[int, str], None], model_dir: str, channel: Channel | None = None) -> None:
-    global _log_sink, _model_dir, _channel
-    _log_sink = log_sink
-    _model_dir = model_dir
-    _channel = channel
+    """The worker's host: this process serves one model."""
+    global _default_host
+    _default_host = ChannelHost(log_sink, model_dir, channel)
 
 
-def _server() -> Channel:
-    if _channel is None:
-        raise TritonModelException("this call needs the server, and the model is not served (auto-complete)")
-    return _channel
+def set_default_host(host: Host | None) -> None:
+    global _default_host
+    _default_host = host
+
+
+def bind_thread(host: Host | None) -> Host | None:
+    """Route this thread's calls to `host` (the model it runs code of); returns the previous binding."""
+    previous = getattr(_bound, "host", None)
+    _bound.host = host
+    return previous
+
+
+def _host() -> Host | None:
+    return getattr(_bound, "host", None) or _default_host
+
+
+def _server() -> Host:
+    host = _host()
+    if host is None:
+        raise TritonModelException("this call needs the server, and no model is served on this thread")
+    return host
 
 
 def get_model_dir() -> str:
     """The folder of the model version being served (where model.py is)."""
-    return _model_dir
+    host = _host()
+    return "" if host is None else host.model_dir
 
 
 # -- type helpers ------------------------------------------------------------------------------------
@@ -307,6 +359,7 @@ class InferenceRequest:
     preferred_memory = PreferredMemory()
     _stream_id = 0  # a decoupled model's request: where its responses go
     _sender: InferenceResponseSender | None = None
+    _host: Host | None = None  # set on requests of a model run in the server process
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -338,7 +391,7 @@ class InferenceRequest:
 
     def is_cancelled(self) -> bool:
         """Whether the client went away (decoupled models hear of it; other requests run to the end)."""
-        return bool(self._stream_id) and _server().is_cancelled(self._stream_id)
+        return bool(self._stream_id) and (self._host or _server()).is_cancelled(self._stream_id)
 
     def set_release_flags(self, flags: int) -> None:
         if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
@@ -349,44 +402,37 @@ class InferenceRequest:
         if not self._stream_id:
             raise not_yet("a response sender for a model that is not decoupled")
         if self._sender is None:
-            self._sender = InferenceResponseSender(self._stream_id, self._output_names)
+            self._sender = InferenceResponseSender(self._stream_id, self._output_names, self._host)
         return self._sender
 
     def exec(self, decoupled: bool = False) -> Any:
         """Run this request on the server (BLS) and wait: its response, or with `decoupled` an iterator
         over its responses. Errors come back in the response (`has_error()`)."""
-        channel = _server()
-        call = channel.start(self._bls_frame(decoupled))
-        responses = _BlsResponses(channel, call, self._timeout)
+        self._check_bls()
+        responses = _server().exec(self, decoupled)
         if decoupled:
             return responses
         try:
             return next(responses)
         finally:
-            responses.close()
+            close = getattr(responses, "close", None)
+            if close is not None:
+                close()
 
     async def async_exec(self, decoupled: bool = False) -> Any:
         """`exec` that lets other coroutines run while the server answers."""
-        import asyncio
+        self._check_bls()
+        return await _server().async_exec(self, decoupled)
 
-        channel = _server()
-        call = channel.start(self._bls_frame(decoupled))
-        responses = _BlsResponses(channel, call, self._timeout)
-        if decoupled:
-            return _AsyncBlsResponses(responses)
-        try:
-            return await asyncio.get_running_loop().run_in_executor(None, next, responses)
-        finally:
-            responses.close()
-
-    def _bls_frame(self, decoupled: bool) -> Callable[[int], tuple]:
+    def _check_bls(self) -> None:
         if not self.model_name:
             raise TritonModelException("a BLS request needs a model_name")
-        inputs = []
         for tensor in self._inputs:
             if not isinstance(tensor, Tensor):
                 raise TritonModelException(f"inputs must be pb_utils.Tensor objects, found {type(tensor)!r}")
-            inputs.append(wire.inline_tensor(tensor._name, tensor._datatype, tensor._array))
+
+    def _bls_frame(self, decoupled: bool) -> Callable[[int], tuple]:
+        inputs = [wire.inline_tensor(t._name, t._datatype, t._array) for t in self._inputs]
         request = (
             self._request_id,
             self._correlation_id,
@@ -439,10 +485,11 @@ class InferenceResponse:
 class InferenceResponseSender:
     """Sends a decoupled model's responses to one request, from execute or from any thread, any time."""
 
-    def __init__(self, stream_id: int, output_names: Sequence[str]) -> None:
+    def __init__(self, stream_id: int, output_names: Sequence[str], host: Host | None = None) -> None:
         self._stream_id = stream_id
         self._output_names = frozenset(output_names)
         self._closed = False
+        self._host = host or _server()  # kept: the sender may be used from any thread
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         if self._closed:
@@ -450,15 +497,14 @@ class InferenceResponseSender:
         final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         if response is None and not final:
             raise TritonModelException("Inference Response object is needed when the flag is not final")
-        result = None if response is None else _response_result(response, self._output_names)
-        channel = _server()
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(f"send takes an InferenceResponse, not {type(response).__name__}")
+        self._host.respond(self._stream_id, response, final, self._output_names)
         if final:
             self._closed = True
-            channel.cancelled.discard(self._stream_id)
-        channel.send((wire.RESPONSE, self._stream_id, final, result))
 
     def is_cancelled(self) -> bool:
-        return _server().is_cancelled(self._stream_id)
+        return self._host.is_cancelled(self._stream_id)
 
 
 def _response_result(response: InferenceResponse, wanted: frozenset[str]) -> tuple[Any, ...]:
@@ -497,7 +543,7 @@ def _received_response(result: tuple[Any, ...] | None) -> InferenceResponse:
 class _BlsResponses:
     """The responses to one BLS request, in order, up to the final one."""
 
-    def __init__(self, channel: Channel, call: Any, timeout_us: int) -> None:
+    def __init__(self, channel: Channel, call: Any) -> None:
         self._channel = channel
         self._call = call
         self._done = False
@@ -549,6 +595,64 @@ class _AsyncBlsResponses:
         if response is None:
             raise StopAsyncIteration
         return response
+
+
+class ChannelHost:
+    """The host of a worker process: the server at the other end of the socket."""
+
+    def __init__(self, log_sink: Callable[[int, str], None], model_dir: str, channel: Channel | None) -> None:
+        self.log = log_sink
+        self.model_dir = model_dir
+        self._channel = channel
+
+    def _server(self) -> Channel:
+        if self._channel is None:
+            raise TritonModelException(
+                "this call needs the server, and the model is not served (auto-complete)"
+            )
+        return self._channel
+
+    def exec(self, request: InferenceRequest, decoupled: bool) -> _BlsResponses:
+        channel = self._server()
+        return _BlsResponses(channel, channel.start(request._bls_frame(decoupled)))
+
+    async def async_exec(self, request: InferenceRequest, decoupled: bool) -> Any:
+        import asyncio
+
+        responses = self.exec(request, decoupled)
+        if decoupled:
+            return _AsyncBlsResponses(responses)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, next, responses)
+        finally:
+            responses.close()
+
+    def control(self, action: str, model_name: str, argument: Any) -> Any:
+        channel = self._server()
+        call = channel.start(lambda call_id: (wire.CONTROL, call_id, action, model_name, argument))
+        try:
+            frame = channel.next_frame(call)
+        except ServerGone as exc:
+            raise TritonModelException(str(exc)) from None
+        finally:
+            channel.finish(call)
+        assert frame is not None
+        _, _, ok, value = frame
+        if not ok:
+            raise TritonModelException(value)
+        return value
+
+    def respond(
+        self, stream_id: int, response: InferenceResponse | None, final: bool, wanted: frozenset[str]
+    ) -> None:
+        result = None if response is None else _response_result(response, wanted)
+        channel = self._server()
+        if final:
+            channel.cancelled.discard(stream_id)
+        channel.send((wire.RESPONSE, stream_id, final, result))
+
+    def is_cancelled(self, stream_id: int) -> bool:
+        return self._server().is_cancelled(stream_id)
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
@@ -618,8 +722,9 @@ class Logger:
 def _emit(level: int, message: str) -> None:
     frame = sys._getframe(2)
     text = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}] {message}"
-    if _log_sink is not None:
-        _log_sink(level, text)
+    host = _host()
+    if host is not None:
+        host.log(level, text)
     else:
         print(text, file=sys.stderr)
 
@@ -628,19 +733,7 @@ def _emit(level: int, message: str) -> None:
 
 
 def _control(action: str, model_name: str, argument: Any = None) -> Any:
-    channel = _server()
-    call = channel.start(lambda call_id: (wire.CONTROL, call_id, action, model_name, argument))
-    try:
-        frame = channel.next_frame(call)
-    except ServerGone as exc:
-        raise TritonModelException(str(exc)) from None
-    finally:
-        channel.finish(call)
-    assert frame is not None
-    _, _, ok, value = frame
-    if not ok:
-        raise TritonModelException(value)
-    return value
+    return _server().control(action, model_name, argument)
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:

@@ -42,18 +42,28 @@ def load_module(model_file: str) -> ModuleType:
     if loaded is not None:
         return loaded
     version_dir = os.path.dirname(os.path.abspath(model_file))
+    name = f"{os.path.basename(version_dir)}.{os.path.splitext(os.path.basename(model_file))[0]}"
+    module = _MODULES[model_file] = import_model(model_file, name)
+    return module
+
+
+def import_model(model_file: str, name: str) -> ModuleType:
+    """Import model.py as module `name`, its version folder on sys.path; it must define TritonPythonModel."""
+    version_dir = os.path.dirname(os.path.abspath(model_file))
     if version_dir not in sys.path:
         sys.path.append(version_dir)
-    name = f"{os.path.basename(version_dir)}.{os.path.splitext(os.path.basename(model_file))[0]}"
     spec = importlib.util.spec_from_file_location(name, model_file)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load '{model_file}' as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
-    if not hasattr(module, "TritonPythonModel"):
-        raise AttributeError(f"'{model_file}' defines no class TritonPythonModel")
-    _MODULES[model_file] = module
+    try:
+        spec.loader.exec_module(module)
+        if not hasattr(module, "TritonPythonModel"):
+            raise AttributeError(f"'{model_file}' defines no class TritonPythonModel")
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
     return module
 
 

@@ -1,0 +1,70 @@
+"""CPU time a server spends per request: all its processes (the server and its children, such as Python
+backend workers or stubs), from /proc/<pid>/stat, over a measurement, divided by the requests it completed
+meanwhile (the model's success count in its statistics)."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+    except OSError:  # gone meanwhile
+        return None
+    return text[text.rindex(")") + 2 :].split()  # the fields after the command name, from field 3 on
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """utime + stime of `root` and of every process descending from it, now."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat(int(entry))
+            if fields is not None:
+                parents[int(entry)] = int(fields[1])
+    tree = {root}
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    total = 0
+    for pid in tree:
+        fields = _stat(pid)
+        if fields is not None:
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total * _TICK_S
+
+
+def completed_requests(http_port: int, model: str) -> int:
+    """Requests the model answered successfully so far, from the server's statistics."""
+    url = f"http://127.0.0.1:{http_port}/v2/models/{model}/stats"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        stats = json.load(response)["model_stats"]
+    return sum(int(s["inference_stats"]["success"]["count"]) for s in stats)
+
+
+@dataclass
+class CpuPerRequest:
+    microseconds: float = 0.0
+
+
+@contextmanager
+def cpu_per_request(pid: int, requests: Callable[[], int]) -> Iterator[CpuPerRequest]:
+    """Measure around a block: CPU microseconds of the process tree per request completed within it."""
+    result = CpuPerRequest()
+    before_cpu, before_requests = tree_cpu_seconds(pid), requests()
+    yield result
+    done = requests() - before_requests
+    result.microseconds = (tree_cpu_seconds(pid) - before_cpu) * 1e6 / max(1, done)

@@ -1,0 +1,127 @@
+"""EXECUTION_MODE thread in a ModelManager: model.py in this very process, on its instances' threads."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nereid.backends.python.worker import pb_utils
+from nereid.errors import ModelConfigError
+from nereid.repository import ModelManager
+from nereid.settings import ServerSettings
+from tests.backends.python.conftest import EXAMPLES, MODELS, infer, request, worker_pids
+
+STRINGS_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+WHO = "{who}"
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = np.array([WHO, "second"], dtype=np.object_)  # str elements, as models often build them
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]) for _ in requests]
+"""
+STRINGS_CONFIG = """name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_STRING dims: [ 2 ] }} ]
+"""
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repository = tmp_path_factory.mktemp("inprocess")
+    shutil.copytree(EXAMPLES / "simple_identity", repository / "simple_identity")
+    shutil.copytree(MODELS / "ready_flag", repository / "ready_flag")
+    for name in ("strings_a", "strings_b"):  # two models whose files are both model.py
+        (repository / name / "1").mkdir(parents=True)
+        (repository / name / "1" / "model.py").write_text(STRINGS_MODEL.format(who=name))
+        (repository / name / "config.pbtxt").write_text(STRINGS_CONFIG.format(name=name))
+    return repository
+
+
+@pytest.fixture(scope="module")
+def manager(repository: Path) -> Iterator[ModelManager]:
+    before = worker_pids()
+    manager = ModelManager(
+        ServerSettings(
+            model_repositories=(repository,), backend_config={"python": {"execution-mode": "thread"}}
+        )
+    )
+    manager.start()
+    try:
+        assert worker_pids() == before  # auto-complete's worker is not kept for thread-mode instances
+        yield manager
+    finally:
+        manager.stop()
+        pb_utils.set_default_host(None)  # this process is a test's again, with no server in it
+
+
+def test_inputs_reach_the_model_and_come_back_without_copies(manager: ModelManager) -> None:
+    strings = np.array([[b"a", b"bc"]], dtype=np.object_)
+    outputs = infer(manager, "simple_identity", {"INPUT0": strings})
+    assert outputs["OUTPUT0"] is strings
+
+
+def test_models_with_files_of_one_name_keep_their_own_modules(manager: ModelManager) -> None:
+    a = infer(manager, "strings_a", {"IN": np.array([1], np.int32)})["OUT"]
+    b = infer(manager, "strings_b", {"IN": np.array([1], np.int32)})["OUT"]
+    assert a.tolist() == [b"strings_a", b"second"]  # str elements become bytes, as from a worker
+    assert b.tolist() == [b"strings_b", b"second"]
+
+
+def test_executions_run_on_the_instance_thread_never_inline(
+    manager: ModelManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    version = manager.get("ready_flag")
+    pool = version.scheduler.pool  # type: ignore[attr-defined]
+    (instance,) = pool.instances
+    threads: list[int] = []
+    execute = instance.execute
+    monkeypatch.setattr(
+        instance, "execute", lambda requests: threads.append(threading.get_ident()) or execute(requests)
+    )
+    loop_threads: list[int] = []
+
+    async def run_many() -> None:
+        loop_threads.append(threading.get_ident())
+        for _ in range(50):
+            await version.scheduler.execute(request({"INPUT0": np.array([1], np.int32)}, ("OUTPUT0",)))
+
+    asyncio.run(run_many())
+    assert len(threads) == 50 and loop_threads[0] not in threads  # fast as it is, never on the event loop
+    assert pool.inline_index() == -1
+
+
+def test_is_ready_is_the_models_own(manager: ModelManager, repository: Path) -> None:
+    version = manager.get("ready_flag")
+    assert asyncio.run(version.scheduler.model_ready())
+    marker = repository / "ready_flag" / "not_ready"
+    marker.touch()
+    try:
+        assert not asyncio.run(version.scheduler.model_ready())
+    finally:
+        marker.unlink()
+    assert asyncio.run(version.scheduler.model_ready())
+
+
+def test_an_unknown_execution_mode_is_refused() -> None:
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from nereid.backends.python import execution_mode
+
+    config = mc.ModelConfig(name="m")
+    config.parameters["EXECUTION_MODE"].string_value = "fiber"
+    with pytest.raises(ModelConfigError, match="'EXECUTION_MODE' must be 'process' or 'thread', got 'fiber'"):
+        execution_mode(config, {})
+    assert execution_mode(mc.ModelConfig(name="m"), {"execution-mode": "thread"}) == "thread"
+    assert execution_mode(mc.ModelConfig(name="m"), {}) == "process"

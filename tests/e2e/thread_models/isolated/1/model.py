@@ -1,0 +1,2 @@
+class TritonPythonModel:
+    """Never loaded: its configuration is refused first."""
