@@ -14,8 +14,6 @@ from nereid.settings import API_GROUPS, GrpcOptions, MetricsConfig, RestrictedAp
 # keep working, and each one given is reported at start-up as having no effect yet.
 NOT_YET_SUPPORTED = (
     "--http-thread-count",
-    "--http-header-forward-pattern",
-    "--grpc-header-forward-pattern",
     "--trace-config",
     "--log-info",
     "--log-warning",
@@ -28,7 +26,6 @@ NOT_YET_SUPPORTED = (
     "--response-cache-byte-size",
     "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size",
-    "--backend-directory",
     "--repoagent-directory",
     "--model-load-retry-count",
     "--model-namespacing",
@@ -113,7 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="counter_latencies, summary_latencies (BOOL) or summary_quantiles (Q:ERROR[,Q:ERROR...])",
     )
-    p.add_argument("--allow-client-shm", type=_bool, default=True, metavar="BOOL")
+    p.add_argument(
+        "--allow-client-shm",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
+        help="let clients register shared-memory regions (off by default, as in current Triton)",
+    )
+    p.add_argument("--http-header-forward-pattern", default="", metavar="REGEX")
+    p.add_argument("--grpc-header-forward-pattern", default="", metavar="REGEX")
     p.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS")
     p.add_argument(
         "--grpc-restricted-protocol",
@@ -139,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="deprecated: true is the same as --disable-auto-complete-config",
     )
     p.add_argument("--backend-config", action="append", default=[], metavar="[BACKEND,]KEY=VALUE")
+    p.add_argument(
+        "--backend-directory",
+        default=None,
+        metavar="DIR",
+        help="where Python-based backends live: DIR/<backend>/model.py serves models of that backend",
+    )
     p.add_argument("--model-load-thread-count", type=int, default=4)
     p.add_argument("--strict-readiness", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-on-error", type=_bool, default=True, metavar="BOOL")
@@ -256,6 +267,8 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         load_models=tuple(args.load_model),
         repository_poll_secs=args.repository_poll_secs,
         allow_client_shm=args.allow_client_shm,
+        http_header_forward_pattern=_forward_pattern(args.http_header_forward_pattern, "--http"),
+        grpc_header_forward_pattern=_forward_pattern(args.grpc_header_forward_pattern, "--grpc"),
         http_restricted_api=tuple(
             _restricted_api(item, "--http-restricted-api") for item in args.http_restricted_api
         ),
@@ -271,8 +284,19 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         exit_timeout_secs=args.exit_timeout_secs,
         log_verbose=args.log_verbose,
         backend_config=backend_config,
+        backend_directory=Path(args.backend_directory) if args.backend_directory else None,
     )
     return settings, warnings
+
+
+def _forward_pattern(pattern: str, prefix: str) -> str:
+    from nereid.frontends.header_forward import compile_pattern
+
+    try:
+        compile_pattern(pattern)
+    except ValueError as exc:
+        raise SystemExit(f"nereid: {prefix}-header-forward-pattern '{pattern}': {exc}") from None
+    return pattern
 
 
 def _grpc_options(args: argparse.Namespace) -> GrpcOptions:

@@ -72,7 +72,10 @@ class ServerSettings:
     http_max_input_size: int = 64 * 1024 * 1024
     http_restricted_api: tuple[RestrictedApi, ...] = ()
     grpc_restricted_protocol: tuple[RestrictedApi, ...] = ()
-    allow_client_shm: bool = True  # clients may register system / CUDA shared memory regions
+    allow_client_shm: bool = False  # clients may register system / CUDA shared memory regions
+    # request headers whose names match become request parameters ("": none)
+    http_header_forward_pattern: str = ""
+    grpc_header_forward_pattern: str = ""
     # gRPC
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
@@ -99,3 +102,4 @@ class ServerSettings:
     exit_timeout_secs: int = 30
     log_verbose: int = 0
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    backend_directory: Path | None = None  # Python-based backends: <dir>/<backend>/model.py

@@ -107,7 +107,7 @@ def _complete_config(
         config.name = source.name
     folders = version_folders(source.path)
     name = backend_name(config, source.path, list(folders.values()))
-    backend = get_backend(name)
+    backend = get_backend(name, settings.backend_directory)
     if not config.backend:
         config.backend = name
     if not config.platform and name in BACKEND_PLATFORMS:

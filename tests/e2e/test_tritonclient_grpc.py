@@ -37,6 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         base / "nereid.log",
         "--grpc-infer-response-compression-level=high",
         "--grpc-keepalive-time=10000",
+        "--allow-client-shm=true",
         grpc=True,
     )
     try:

@@ -12,6 +12,7 @@ import orjson
 from nereid.datatypes import element_size
 from nereid.engine import Engine
 from nereid.errors import Forbidden, InvalidArgument, NereidError, Status, unexpected
+from nereid.frontends.header_forward import header_forwarding
 from nereid.frontends.http.codec import (
     decode_infer_request,
     decode_raw_binary_request,
@@ -85,6 +86,7 @@ class HttpFrontend:
         self._engine = engine
         self._max_input = settings.http_max_input_size
         self._restricted = {group: rule for rule in settings.http_restricted_api for group in rule.groups}
+        self._forwarding = header_forwarding(settings.http_header_forward_pattern)
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         try:
@@ -217,6 +219,8 @@ class HttpFrontend:
             infer_request = decode_raw_binary_request(body, name, version, *_raw_input(model, len(body)))
         else:
             infer_request = decode_infer_request(body, header_length, name, version)
+        if self._forwarding is not None:
+            self._forwarding.add_parameters(headers.items(), infer_request.parameters)
         try:
             response = await self._engine.infer(infer_request)
         except DecoupledModel:
