@@ -75,7 +75,7 @@ def load_ensemble(
             metadata=model_metadata(config, [version]),
             inputs=tensor_specs(config.input),
             outputs=tensor_specs(config.output),
-            scheduler=EnsembleScheduler(name, steps, members),
+            scheduler=EnsembleScheduler(name, steps, members, config),
             output_names=_production_order(config, steps),
             required_inputs=tuple(i.name for i in config.input if not i.optional),
             ensemble=True,
@@ -113,12 +113,12 @@ def check_members(config: mc.ModelConfig, members: EnsembleMembers) -> list[mc.M
         raise InvalidArgument(
             f"ensemble {name} contains models that are not available or ambiguous: {', '.join(unavailable)}"
         )
-    # Every ensemble tensor's full shape (batch dimension included) and type, as each side sees it.
+    # Every ensemble tensor's type, dims and full shape (batch dimension included), as each side sees it.
     batch = [-1] if config.max_batch_size > 0 else []
-    seen: dict[str, tuple[str, int, list[int]]] = {}
+    seen: dict[str, tuple[str, int, list[int], list[int]]] = {}
     checked: list[mc.ModelConfig] = []
     for tensor in list(config.input) + list(config.output):
-        seen[tensor.name] = (name, tensor.data_type, batch + list(tensor.dims))
+        seen[tensor.name] = (name, tensor.data_type, list(tensor.dims), batch + list(tensor.dims))
     for index, step in enumerate(config.ensemble_scheduling.step):
         model = found[index]
         if step.model_version >= 0:
@@ -160,18 +160,21 @@ def check_members(config: mc.ModelConfig, members: EnsembleMembers) -> list[mc.M
         pairs = [(t, member_inputs[i]) for i, t in step.input_map.items()]
         pairs += [(t, member_outputs[o]) for o, t in step.output_map.items()]
         for tensor, spec in pairs:
-            shape = member_batch + list(spec.dims)
+            dims = list(spec.dims)
+            shape = member_batch + dims
             if tensor not in seen:
-                seen[tensor] = (member.name, spec.data_type, shape)
+                seen[tensor] = (member.name, spec.data_type, dims, shape)
                 continue
-            other, data_type, other_shape = seen[tensor]
+            other, data_type, other_dims, other_shape = seen[tensor]
             if data_type != spec.data_type:
                 raise InvalidArgument(
                     f"in ensemble {name}, ensemble tensor {tensor}: inconsistent data type: "
                     f"{mc.DataType.Name(data_type)} is inferred from model {other} while "
                     f"{mc.DataType.Name(spec.data_type)} is inferred from model {member.name}"
                 )
-            if not _compatible(other_shape, shape):
+            # As in Triton: the dims may agree, or the full shapes may (a batching model's [d...] beside a
+            # non-batching one's [-1, d...]).
+            if not _compatible(other_dims, dims) and not _compatible(other_shape, shape):
                 raise InvalidArgument(
                     f"in ensemble {name}, ensemble tensor {tensor}: inconsistent shape: "
                     f"{_shape(other_shape)} is inferred from model {other} while {_shape(shape)} is inferred "

@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest, Outputs
 from nereid.datatypes import wire_datatype
 from nereid.errors import InternalError, NereidError
+from nereid.scheduling.ensemble_shapes import reshape_for
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
@@ -45,6 +46,8 @@ class EnsembleStep:
     model_version: str  # "" for the latest (model_version -1)
     input_map: Mapping[str, str]  # the model's input -> ensemble tensor
     output_map: Mapping[str, str]  # the model's output -> ensemble tensor
+    batching: bool = False  # the model's max_batch_size > 0
+    input_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # the model's input dims
 
 
 def ensemble_steps(config: mc.ModelConfig, models: list[mc.ModelConfig]) -> tuple[EnsembleStep, ...]:
@@ -55,19 +58,34 @@ def ensemble_steps(config: mc.ModelConfig, models: list[mc.ModelConfig]) -> tupl
         order = {output.name: index for index, output in enumerate(model.output)}
         outputs = sorted(step.output_map.items(), key=lambda item: order.get(item[0], len(order)))
         version = "" if step.model_version < 0 else str(step.model_version)
-        steps.append(EnsembleStep(step.model_name, version, dict(step.input_map), dict(outputs)))
+        dims = {tensor.name: tuple(tensor.dims) for tensor in model.input}
+        steps.append(
+            EnsembleStep(
+                step.model_name, version, dict(step.input_map), dict(outputs), model.max_batch_size > 0, dims
+            )
+        )
     return tuple(steps)
 
 
 class EnsembleScheduler:
-    def __init__(self, name: str, steps: tuple[EnsembleStep, ...], members: EnsembleMembers) -> None:
+    def __init__(
+        self,
+        name: str,
+        steps: tuple[EnsembleStep, ...],
+        members: EnsembleMembers,
+        config: mc.ModelConfig | None = None,
+    ) -> None:
         self._name = name
         self._steps = steps
         self._members = members
+        self._batching = config is not None and config.max_batch_size > 0
+        self._output_dims = {o.name: tuple(o.dims) for o in config.output} if config is not None else {}
 
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         start = time.perf_counter_ns()
         tensors: dict[str, np.ndarray] = dict(request.inputs)
+        # each tensor's batch size, as ensemble_shapes uses it (0: made without batching)
+        batches = {name: _batch(array, self._batching) for name, array in tensors.items()}
         parameters = _step_parameters(request)
         waiting = list(self._steps)
         running: dict[asyncio.Task[InferResponse], EnsembleStep] = {}
@@ -76,12 +94,14 @@ class EnsembleScheduler:
                 ready = [s for s in waiting if all(t in tensors for t in s.input_map.values())]
                 if len(ready) == 1 and not running:  # a chain: no task needed to wait for one step
                     waiting.remove(ready[0])
-                    response = await self._run_step(ready[0], tensors, request.id, parameters)
-                    _store(ready[0], response, tensors)
+                    response = await self._run_step(ready[0], tensors, batches, request.id, parameters)
+                    _store(ready[0], response, tensors, batches)
                     continue
                 for step in ready:
                     waiting.remove(step)
-                    task = asyncio.ensure_future(self._run_step(step, tensors, request.id, parameters))
+                    task = asyncio.ensure_future(
+                        self._run_step(step, tensors, batches, request.id, parameters)
+                    )
                     running[task] = step
                 if not running:
                     break
@@ -89,7 +109,7 @@ class EnsembleScheduler:
                 for task in done:
                     step = running.pop(task)
                     # a failed step fails the request; `finally` stops the rest
-                    _store(step, task.result(), tensors)
+                    _store(step, task.result(), tensors, batches)
         finally:
             for task in running:
                 task.cancel()
@@ -108,22 +128,34 @@ class EnsembleScheduler:
             )
         if timing is not None:
             timing.infer_ns = time.perf_counter_ns() - start
-        return {name: tensors[name] for name in request.outputs}
+        return {name: self._as_output(name, tensors[name], batches[name]) for name in request.outputs}
+
+    def _as_output(self, name: str, array: np.ndarray, batch: int) -> np.ndarray:
+        dims = self._output_dims.get(name)
+        if dims is None:
+            return array
+        shape = reshape_for(dims, self._batching, batch, array.shape)
+        return array if shape == array.shape else array.reshape(shape)
 
     async def _run_step(
         self,
         step: EnsembleStep,
         tensors: Mapping[str, np.ndarray],
+        batches: Mapping[str, int],
         request_id: str,
         parameters: dict[str, Any],
     ) -> InferResponse:
         infer = self._members.infer
         if infer is None:
             raise InternalError(f"ensemble '{self._name}' is not connected to an engine")
-        inputs = [
-            InferTensor(name, wire_datatype(tensors[tensor].dtype), tensors[tensor].shape, tensors[tensor])
-            for name, tensor in step.input_map.items()
-        ]
+        inputs = []
+        for name, tensor in step.input_map.items():
+            array = tensors[tensor]
+            dims = step.input_dims.get(name)
+            if dims is not None:
+                shape = reshape_for(dims, step.batching, batches[tensor], array.shape)
+                array = array if shape == array.shape else array.reshape(shape)
+            inputs.append(InferTensor(name, wire_datatype(array.dtype), array.shape, array))
         outputs = [RequestedOutput(name) for name in step.output_map]
         member = InferRequest(step.model_name, step.model_version, inputs, outputs, request_id, parameters)
         try:
@@ -153,12 +185,19 @@ class EnsembleScheduler:
         """Nothing to release: the composing models belong to the model manager."""
 
 
-def _store(step: EnsembleStep, response: InferResponse, tensors: dict[str, np.ndarray]) -> None:
-    """A step's outputs become the ensemble tensors its output map names."""
+def _batch(array: np.ndarray, batching: bool) -> int:
+    return int(array.shape[0]) if batching and array.ndim else 0
+
+
+def _store(
+    step: EnsembleStep, response: InferResponse, tensors: dict[str, np.ndarray], batches: dict[str, int]
+) -> None:
+    """A step's outputs become the ensemble tensors its output map names, with the step's batch size."""
     produced = {tensor.name: tensor.data for tensor in response.outputs}
     for output, tensor in step.output_map.items():
         if output in produced:
             tensors[tensor] = produced[output]
+            batches[tensor] = _batch(produced[output], step.batching)
 
 
 def sequence_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -274,3 +274,31 @@ def test_a_python_based_backend_serves_every_model_that_names_it(tmp_path: Path)
             assert outputs["NAME"].tolist() == [name.encode()]
         reason = failure(engine, "unknown")
     assert "backend 'tripler' is not supported" in reason and "tripler/model.py does not exist" in reason
+
+
+NOP = """backend: "identity"
+max_batch_size: 16
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+UNBATCHED_ENSEMBLE = """platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [ { model_name: "nop" model_version: -1
+  input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
+"""
+
+
+def test_an_unbatched_ensemble_may_call_a_batching_identity_with_the_same_dims(tmp_path: Path) -> None:
+    # As in Triton: the tensor's dims agree ([-1] and [-1]) though the full shapes do not ([-1] and [-1,-1]).
+    model_dir(tmp_path, "nop", NOP)
+    model_dir(tmp_path, "pipe", UNBATCHED_ENSEMBLE)
+    model_dir(
+        tmp_path, "bad", UNBATCHED_ENSEMBLE.replace("dims: [ -1 ] } ]\noutput", "dims: [ 2, 3, 4 ] } ]\noutput")
+    )
+    with serving(tmp_path) as engine:
+        assert infer(engine, "pipe", {"IN": np.array([1.5, 2.5], np.float32)})["OUT"].tolist() == [1.5, 2.5]
+        assert "inconsistent shape: [2,3,4] is inferred from model bad while [-1,-1]" in failure(
+            engine, "bad"
+        )
