@@ -17,7 +17,7 @@ from nereid.model_config import ConfigSource, config_from_json, config_to_json, 
 from nereid.model_config.ensemble import is_ensemble
 from nereid.model_config.sequence import check_sequence_batching, fill_sequence_defaults
 from nereid.repository.ensemble import load_ensemble
-from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
+from nereid.repository.model import ModelVersion, model_metadata, read_labels, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, tree_fingerprint, version_folders
 from nereid.scheduling import create_scheduler
 from nereid.scheduling.ensemble import EnsembleMembers
@@ -60,7 +60,7 @@ def load_model(
             load_ensemble(source, config, config_source, members, result, serving)
             return result
         config, backend, folders = _complete_config(source, config, config_source, settings)
-        labels = _read_labels(source.path, config)
+        labels = read_labels(source.path, config)
     except NereidError as exc:
         result.failures[None] = exc.message
         return result
@@ -175,21 +175,6 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
         optimization.input_pinned_memory.enable = True
     if not optimization.HasField("output_pinned_memory"):
         optimization.output_pinned_memory.enable = True
-
-
-def _read_labels(model_dir: Path, config: mc.ModelConfig) -> dict[str, tuple[str, ...]]:
-    labels: dict[str, tuple[str, ...]] = {}
-    for output in config.output:
-        if output.label_filename:
-            path = model_dir / output.label_filename
-            try:
-                labels[output.name] = tuple(path.read_text(encoding="utf-8").splitlines())
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ModelConfigError(
-                    f"model '{config.name}': cannot read label file '{output.label_filename}' of output "
-                    f"'{output.name}': {exc}"
-                ) from None
-    return labels
 
 
 def _load_version(

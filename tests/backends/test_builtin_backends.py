@@ -295,10 +295,28 @@ def test_an_unbatched_ensemble_may_call_a_batching_identity_with_the_same_dims(t
     model_dir(tmp_path, "nop", NOP)
     model_dir(tmp_path, "pipe", UNBATCHED_ENSEMBLE)
     model_dir(
-        tmp_path, "bad", UNBATCHED_ENSEMBLE.replace("dims: [ -1 ] } ]\noutput", "dims: [ 2, 3, 4 ] } ]\noutput")
+        tmp_path,
+        "bad",
+        UNBATCHED_ENSEMBLE.replace("dims: [ -1 ] } ]\noutput", "dims: [ 2, 3, 4 ] } ]\noutput"),
     )
     with serving(tmp_path) as engine:
         assert infer(engine, "pipe", {"IN": np.array([1.5, 2.5], np.float32)})["OUT"].tolist() == [1.5, 2.5]
         assert "inconsistent shape: [2,3,4] is inferred from model bad while [-1,-1]" in failure(
             engine, "bad"
         )
+
+
+def test_a_batching_ensemble_may_contain_a_non_batching_model_and_inherits_its_labels(tmp_path: Path) -> None:
+    nop = NOP.replace("max_batch_size: 16", "max_batch_size: 0").replace(
+        'name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ]',
+        'name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] label_filename: "labels.txt"',
+    )
+    model_dir(tmp_path, "nop", nop)
+    (tmp_path / "nop" / "labels.txt").write_text("cat\ndog\n")
+    model_dir(tmp_path, "pipe", UNBATCHED_ENSEMBLE.replace("max_batch_size: 0", "max_batch_size: 8"))
+    with serving(tmp_path) as engine:
+        assert engine.models.get("pipe").outputs["OUT"].labels == ("cat", "dog")
+        # a batch of one reaches the non-batching model without its batch dimension, and comes back with it
+        assert infer(engine, "pipe", {"IN": np.array([[1.0, 2.0]], np.float32)})["OUT"].tolist() == [
+            [1.0, 2.0]
+        ]
