@@ -10,8 +10,9 @@ numpy arrays in this process between steps.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,8 @@ from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutp
 
 if TYPE_CHECKING:
     from nereid.repository.model import ModelVersion
+
+log = logging.getLogger(__name__)
 
 MemberInfer = Callable[[InferRequest], Awaitable[InferResponse]]
 
@@ -48,6 +51,7 @@ class EnsembleStep:
     output_map: Mapping[str, str]  # the model's output -> ensemble tensor
     batching: bool = False  # the model's max_batch_size > 0
     input_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # the model's input dims
+    optional_inputs: frozenset[str] = frozenset()  # the model's inputs that a request may leave out
 
 
 def ensemble_steps(config: mc.ModelConfig, models: list[mc.ModelConfig]) -> tuple[EnsembleStep, ...]:
@@ -59,9 +63,16 @@ def ensemble_steps(config: mc.ModelConfig, models: list[mc.ModelConfig]) -> tupl
         outputs = sorted(step.output_map.items(), key=lambda item: order.get(item[0], len(order)))
         version = "" if step.model_version < 0 else str(step.model_version)
         dims = {tensor.name: tuple(tensor.dims) for tensor in model.input}
+        optional = frozenset(tensor.name for tensor in model.input if tensor.optional)
         steps.append(
             EnsembleStep(
-                step.model_name, version, dict(step.input_map), dict(outputs), model.max_batch_size > 0, dims
+                step.model_name,
+                version,
+                dict(step.input_map),
+                dict(outputs),
+                model.max_batch_size > 0,
+                dims,
+                optional,
             )
         )
     return tuple(steps)
@@ -91,7 +102,13 @@ class EnsembleScheduler:
         running: dict[asyncio.Task[InferResponse], EnsembleStep] = {}
         try:
             while True:
-                ready = [s for s in waiting if all(t in tensors for t in s.input_map.values())]
+                ready = _ready(waiting, running.values())
+                skipped = [s for s in ready if not _runnable(s, tensors)]
+                for step in skipped:  # a required input was never made: its outputs will not be either
+                    waiting.remove(step)
+                    ready.remove(step)
+                if skipped and not ready:
+                    continue
                 if len(ready) == 1 and not running:  # a chain: no task needed to wait for one step
                     waiting.remove(ready[0])
                     response = await self._run_step(ready[0], tensors, batches, request.id, parameters)
@@ -115,20 +132,16 @@ class EnsembleScheduler:
                 task.cancel()
             if running:
                 await asyncio.wait(running)
-        missing = [name for name in request.outputs if name not in tensors]
-        if missing:
-            raise InternalError(
-                f"in ensemble '{self._name}', no step produced output(s) {', '.join(missing)}: "
-                + (
-                    "steps never ran for lack of their inputs: "
-                    + ", ".join(f"'{s.model_name}'" for s in waiting)
-                    if waiting
-                    else "a composing model left them out of its response"
-                )
-            )
+        for name in request.outputs:
+            if name not in tensors:  # as in Triton, the response leaves it out
+                log.debug("ensemble '%s': Composing models did not output tensor %s", self._name, name)
         if timing is not None:
             timing.infer_ns = time.perf_counter_ns() - start
-        return {name: self._as_output(name, tensors[name], batches[name]) for name in request.outputs}
+        return {
+            name: self._as_output(name, tensors[name], batches[name])
+            for name in request.outputs
+            if name in tensors
+        }
 
     def _as_output(self, name: str, array: np.ndarray, batch: int) -> np.ndarray:
         dims = self._output_dims.get(name)
@@ -150,6 +163,8 @@ class EnsembleScheduler:
             raise InternalError(f"ensemble '{self._name}' is not connected to an engine")
         inputs = []
         for name, tensor in step.input_map.items():
+            if tensor not in tensors:
+                continue  # an optional input that the request or an earlier step left out
             array = tensors[tensor]
             dims = step.input_dims.get(name)
             if dims is not None:
@@ -183,6 +198,17 @@ class EnsembleScheduler:
 
     def stop(self) -> None:
         """Nothing to release: the composing models belong to the model manager."""
+
+
+def _ready(waiting: list[EnsembleStep], running: Iterable[EnsembleStep]) -> list[EnsembleStep]:
+    """The waiting steps none of whose inputs is still to come from a step that has not finished."""
+    pending = {tensor for step in (*waiting, *running) for tensor in step.output_map.values()}
+    return [s for s in waiting if not any(t in pending for t in s.input_map.values())]
+
+
+def _runnable(step: EnsembleStep, tensors: Mapping[str, np.ndarray]) -> bool:
+    """Every input that the step's model requires exists (optional ones may be absent)."""
+    return all(tensor in tensors or name in step.optional_inputs for name, tensor in step.input_map.items())
 
 
 def _batch(array: np.ndarray, batching: bool) -> int:
