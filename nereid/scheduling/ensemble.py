@@ -91,6 +91,7 @@ class EnsembleScheduler:
         self._members = members
         self._batching = config is not None and config.max_batch_size > 0
         self._output_dims = {o.name: tuple(o.dims) for o in config.output} if config is not None else {}
+        self._needed: dict[tuple[str, ...], tuple[EnsembleStep, ...]] = {}
 
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         start = time.perf_counter_ns()
@@ -98,7 +99,7 @@ class EnsembleScheduler:
         # each tensor's batch size, as ensemble_shapes uses it (0: made without batching)
         batches = {name: _batch(array, self._batching) for name, array in tensors.items()}
         parameters = _step_parameters(request)
-        waiting = list(self._steps)
+        waiting = self._needed_steps(tuple(request.outputs))
         running: dict[asyncio.Task[InferResponse], EnsembleStep] = {}
         try:
             while True:
@@ -142,6 +143,15 @@ class EnsembleScheduler:
             for name in request.outputs
             if name in tensors
         }
+
+    def _needed_steps(self, outputs: tuple[str, ...]) -> list[EnsembleStep]:
+        """The steps that contribute to the requested outputs; Triton runs no others."""
+        needed = self._needed.get(outputs)
+        if needed is None:
+            needed = needed_steps(self._steps, outputs)
+            if len(self._needed) < 64:  # requests name few distinct output sets
+                self._needed[outputs] = needed
+        return list(needed)
 
     def _as_output(self, name: str, array: np.ndarray, batch: int) -> np.ndarray:
         dims = self._output_dims.get(name)
@@ -198,6 +208,21 @@ class EnsembleScheduler:
 
     def stop(self) -> None:
         """Nothing to release: the composing models belong to the model manager."""
+
+
+def needed_steps(steps: tuple[EnsembleStep, ...], outputs: Iterable[str]) -> tuple[EnsembleStep, ...]:
+    """The steps that make `outputs`, directly or through the tensors their inputs need, in step order."""
+    wanted = set(outputs)
+    needed: set[int] = set()
+    changed = True  # steps may be listed in any order, so sweep until nothing is added
+    while changed:
+        changed = False
+        for index, step in enumerate(steps):
+            if index not in needed and any(t in wanted for t in step.output_map.values()):
+                needed.add(index)
+                wanted.update(step.input_map.values())
+                changed = True
+    return tuple(step for index, step in enumerate(steps) if index in needed)
 
 
 def _ready(waiting: list[EnsembleStep], running: Iterable[EnsembleStep]) -> list[EnsembleStep]:

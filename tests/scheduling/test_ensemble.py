@@ -13,7 +13,7 @@ import pytest
 
 from nereid.backends.base import SEQUENCE_START, BackendRequest
 from nereid.errors import InvalidArgument
-from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep
+from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep, needed_steps
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor
 
@@ -154,3 +154,15 @@ async def test_outputs_no_step_produced_are_left_out_and_steps_that_need_them_sk
     outputs = await scheduler.execute(request)
     assert sorted(outputs) == ["KEPT", "OUT"]
     assert [(r.model_name, [t.name for t in r.inputs]) for r in fake.requests] == [("copes", ["Z"])]
+
+
+@_sync
+async def test_only_the_steps_that_make_the_requested_outputs_run() -> None:
+    fake = FakeMembers()
+    steps = [*DIAMOND, EnsembleStep("side", "", {"IN": "b"}, {"OUT": "SIDE"})]
+    request = _request()
+    request.outputs = ("SIDE",)
+    outputs = await _scheduler(fake, steps).execute(request)
+    assert list(outputs) == ["SIDE"]
+    assert sorted(r.model_name for r in fake.requests) == ["right", "side"]  # neither join nor left
+    assert [s.model_name for s in needed_steps(tuple(steps), ["OUT"])] == ["join", "left", "right"]
