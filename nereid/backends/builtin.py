@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
+from nereid.backends.base import BackendRequest, InstanceSpec, Outputs
 from nereid.backends.framework import int_parameter
 from nereid.backends.responses import ResponseStream
 from nereid.errors import ModelConfigError, NereidError, Unavailable, Unsupported
@@ -66,19 +66,6 @@ def scalar(request: BackendRequest, name: str) -> int:
     if array is None or array.size == 0:
         raise Unsupported(f"failed to get input '{name}'")
     return int(np.asarray(array).reshape(-1)[0])
-
-
-def per_request(
-    requests: Sequence[BackendRequest], run: Callable[[BackendRequest], Outputs]
-) -> list[BackendResult]:
-    """Run each request on its own; a NereidError fails that request alone, as Triton's backends do."""
-    results: list[BackendResult] = []
-    for request in requests:
-        try:
-            results.append(run(request))
-        except NereidError as exc:
-            results.append(exc)
-    return results
 
 
 class ResponderThreads:

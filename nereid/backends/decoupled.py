@@ -25,12 +25,11 @@ from nereid.backends.builtin import (
     BuiltinBackend,
     ResponderThreads,
     config_error,
-    per_request,
     send,
     sleep_ms,
     tensor_dims,
 )
-from nereid.backends.framework import parameters
+from nereid.backends.framework import parameters, per_request
 from nereid.backends.responses import ResponseStream
 from nereid.errors import Cancelled, InternalError, InvalidArgument, NereidError, Unsupported
 

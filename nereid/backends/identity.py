@@ -19,8 +19,8 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
-from nereid.backends.builtin import BuiltinBackend, config_error, per_request, sleep_ms, tensor_dims
-from nereid.backends.framework import int_parameter, numpy_type
+from nereid.backends.builtin import BuiltinBackend, config_error, sleep_ms, tensor_dims
+from nereid.backends.framework import int_parameter, numpy_type, per_request
 from nereid.errors import Unsupported
 
 

@@ -19,7 +19,8 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends.base import SEQUENCE_END, BackendRequest, BackendResult, InstanceSpec, Outputs
-from nereid.backends.builtin import BuiltinBackend, config_error, delay_ms, per_request, scalar, sleep_ms
+from nereid.backends.builtin import BuiltinBackend, config_error, delay_ms, scalar, sleep_ms
+from nereid.backends.framework import per_request
 from nereid.errors import InvalidArgument, Unsupported
 
 
