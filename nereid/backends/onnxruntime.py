@@ -12,7 +12,7 @@ import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends import framework
-from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
+from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs, batch_elements
 from nereid.backends.batch_inputs import batch_input_tensors, flatten_ragged
 from nereid.backends.batching import execute_batched
 from nereid.backends.framework import ModelTensor
@@ -62,14 +62,14 @@ class OnnxRuntimeBackend:
             _model_tensors(session.get_inputs()),
             _model_tensors(session.get_outputs()),
             default_max_batch_size,
-            omit_inputs=supplied_inputs(config),
+            omit_inputs=supplied_inputs(config) | _batch_input_targets(config),
             omit_outputs=state_outputs(config),
         )
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
         session = _metadata_session(model_file)
         # the sequence batcher's control and state inputs, and the batch inputs, are not the client's
-        supplied = supplied_inputs(config) | {n for b in config.batch_input for n in b.target_name}
+        supplied = supplied_inputs(config) | _batch_input_targets(config)
         model_inputs = [t for t in session.get_inputs() if t.name not in supplied]
         _check_against_model("input", config.input, model_inputs, config, require_all=True)
         _check_against_model("output", config.output, session.get_outputs(), config, require_all=False)
@@ -147,7 +147,7 @@ class OnnxRuntimeInstance:
 
     def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         if self._ragged or self._batch_inputs:
-            return framework.per_request(requests, self._run_ragged)
+            return self._run_ragged(requests)
         if len(requests) == 1:  # the common case, without the batching helper's bookkeeping
             try:
                 return [self._run_request(requests[0])]
@@ -178,17 +178,34 @@ class OnnxRuntimeInstance:
             out[name] = out[name].reshape(self._scalar_outputs[name])
         return out
 
-    def _run_ragged(self, request: BackendRequest) -> Outputs:
-        inputs = dict(request.inputs)
-        for name in self._ragged:
-            if name in inputs:
-                inputs[name] = flatten_ragged([request.inputs], name)
-        inputs.update(batch_input_tensors(self._batch_inputs, [request.inputs]))
-        outputs = self._run_request(BackendRequest(inputs, request.outputs))
-        for name, source in self._scatter.items():
-            if name in outputs and source in request.inputs:
-                outputs[name] = outputs[name].reshape(request.inputs[source].shape)
-        return outputs
+    def _run_ragged(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        """One model call for the whole batch: ragged inputs joined into one row, the batch inputs computed
+        over every request; outputs split by each request's batch size (scatter outputs by the elements of
+        their source input, in its shape)."""
+        batch = [request.inputs for request in requests]
+        inputs: dict[str, np.ndarray] = {}
+        for name in requests[0].inputs:
+            if name in self._ragged:
+                inputs[name] = flatten_ragged(batch, name)
+            else:
+                inputs[name] = np.concatenate([r[name] for r in batch]) if len(batch) > 1 else batch[0][name]
+        try:
+            inputs.update(batch_input_tensors(self._batch_inputs, batch))
+            outputs = self._run_request(BackendRequest(inputs, requests[0].outputs))
+        except NereidError as exc:
+            return [exc for _ in requests]
+        results: list[BackendResult] = [{} for _ in requests]
+        for name, array in outputs.items():
+            source = self._scatter.get(name)
+            sizes = [
+                r[source].size if source else batch_elements(request)
+                for r, request in zip(batch, requests, strict=True)
+            ]
+            offsets = np.cumsum([0, *sizes])
+            for index, result in enumerate(results):
+                piece = array[offsets[index] : offsets[index + 1]]
+                result[name] = piece.reshape(batch[index][source].shape) if source else piece  # type: ignore[index]
+        return results
 
     def close(self) -> None:
         del self._session
@@ -208,6 +225,10 @@ def _metadata_session(model_file: Path) -> ort.InferenceSession:
         return ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise Unavailable(f"failed to load '{model_file}': {exc}") from None
+
+
+def _batch_input_targets(config: mc.ModelConfig) -> set[str]:
+    return {name for batch_input in config.batch_input for name in batch_input.target_name}
 
 
 def _is_scalar(tensors: Sequence[Any], name: str) -> bool:
@@ -251,6 +272,8 @@ def _check_against_model(kind, tensors, model_tensors, config: mc.ModelConfig, r
 def _check_dims(kind: str, tensor, model_shape: list, config: mc.ModelConfig) -> None:  # type: ignore[no-untyped-def]
     dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
     shape = list(model_shape)
+    if kind == "output" and any(tensor.name in b.target_name for b in config.batch_output):
+        return  # a batch output's shape need not match the model's
     if kind == "input" and getattr(tensor, "allow_ragged_batch", False):
         # a ragged input reaches the model as the whole batch's elements in one row
         if len(shape) != 1 or not _is_variable(shape[0]):
