@@ -59,12 +59,16 @@ def _column_model(path: Path) -> None:
     onnx.save(model, str(path))
 
 
+RAGGED = (
+    'backend: "onnxruntime"\nmax_batch_size: 4\n'
+    'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]\n'
+    'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+    'batch_output [ { target_name: "OUTPUT" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "INPUT" } ]\n'
+)
+
+
 def test_ragged_inputs_are_checked_and_joined_and_scatter_outputs_split(tmp_path: Path) -> None:
-    ragged = 'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]\n'
-    config = 'backend: "onnxruntime"\nmax_batch_size: 4\n' + ragged
-    config += 'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-    config += 'batch_output [ { target_name: "OUTPUT" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "INPUT" } ]\n'
-    _column_model(model_dir(tmp_path, "flat", config) / "model.onnx")
+    _column_model(model_dir(tmp_path, "flat", RAGGED) / "model.onnx")
     square = _config("[ -1 ]", 4, "allow_ragged_batch: true")
     _identity_model(model_dir(tmp_path, "square", square) / "model.onnx", [-1, -1])
     with serving(tmp_path) as engine:
@@ -77,11 +81,7 @@ def test_ragged_inputs_are_checked_and_joined_and_scatter_outputs_split(tmp_path
 def test_one_execution_joins_the_ragged_requests_of_a_batch(tmp_path: Path) -> None:
     from tests.backends.serving import execute_together
 
-    ragged = 'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true } ]\n'
-    config = 'backend: "onnxruntime"\nmax_batch_size: 4\n' + ragged
-    config += 'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
-    config += 'batch_output [ { target_name: "OUTPUT" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "INPUT" } ]\n'
-    _column_model(model_dir(tmp_path, "flat", config) / "model.onnx")
+    _column_model(model_dir(tmp_path, "flat", RAGGED) / "model.onnx")
     with serving(tmp_path) as engine:
         batches = [{"INPUT": np.array([[1, 2]], np.float32)}, {"INPUT": np.array([[3, 4, 5]], np.float32)}]
         results = execute_together(engine, "flat", batches)
