@@ -22,6 +22,7 @@ from typing import Any
 from . import pb_utils, wire
 from .channel import Channel
 from .errors import status_name
+from .numpy_compat import restore_numpy1_aliases
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SMOOTHING = 0.2
@@ -49,6 +50,7 @@ def load_module(model_file: str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load '{model_file}' as a Python module")
     module = importlib.util.module_from_spec(spec)
+    restore_numpy1_aliases()  # model code written for NumPy 1 (np.NINF, np.NaN, ...) runs unchanged
     sys.modules[name] = module
     spec.loader.exec_module(module)
     if not hasattr(module, "TritonPythonModel"):
