@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nereid.errors import InvalidArgument, NotFound, Unavailable
+from nereid.errors import InvalidArgument, NotFound, PollFailed, Unavailable
 from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members
 from nereid.repository.loader import LoadResult, load_model
 from nereid.repository.model import ModelVersion
@@ -168,9 +168,8 @@ class ModelManager:
 
     def _load(self, name: str, config: str | None, files: dict[str, bytes] | None) -> None:
         if files and config is None:
-            raise InvalidArgument(
-                f"load of model '{name}': file parameters need a 'config' parameter too (the model's "
-                "configuration as JSON)"
+            raise PollFailed(
+                name, "file parameters need a 'config' parameter too (the model's configuration as JSON)"
             )
         with self._model_lock(name):
             uploaded = write_model_folder(name, files) if files else None
@@ -277,13 +276,13 @@ class ModelManager:
                 continue
             try:
                 self.load(ensemble)
-            except (InvalidArgument, NotFound, Unavailable):
+            except (InvalidArgument, NotFound, Unavailable, PollFailed):
                 pass  # logged, and shown in the repository index
 
     def _repository_source(self, name: str) -> ModelSource:
         source = discover(list(self._settings.model_repositories)).get(name)
         if source is None:
-            raise InvalidArgument(f"failed to load '{name}': {_no_folder(name)}")
+            raise PollFailed(name, _no_folder(name))
         return source
 
     def _retire(self, entry: _ModelEntry, keep: Iterable[ModelVersion]) -> None:
