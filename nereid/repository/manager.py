@@ -92,7 +92,7 @@ class ModelManager:
         """Load what the control mode loads at start-up; in poll mode, start watching the repositories."""
         for root in self._settings.model_repositories:
             if not root.is_dir():
-                raise NotFound(f"model repository '{root}' does not exist or is not a folder")
+                raise RepositoryMissing(f"model repository '{root}' does not exist or is not a folder")
         if self.control_mode == "explicit":
             self._load_at_start(self._settings.load_models)
         else:
@@ -447,6 +447,10 @@ class ModelManager:
             status = row["state"] if row["state"] == "READY" else f"{row['state']}: {row['reason']}"
             rows.append((row["name"], row.get("version", "-"), status))
         return rows
+
+
+class RepositoryMissing(NotFound):
+    """A --model-repository folder does not exist: the server cannot initialize."""
 
 
 def _no_folder(name: str) -> str:
