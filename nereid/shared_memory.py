@@ -13,6 +13,7 @@ import mmap
 import os
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,8 @@ class _SystemRegion:
     byte_size: int
     mapping: mmap.mmap
     fd: int  # kept open to notice a client shrinking the object, which would fault reads past its end
+    users: int = 0  # requests in flight that read or write the region
+    unregistering: bool = False  # unregistered while in use: it goes once its last user is done
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
@@ -88,15 +91,46 @@ class SharedMemoryRegistry:
             self._system[name] = _SystemRegion(name, key, offset, byte_size, mapping, fd)
 
     def unregister_system(self, name: str | None = None) -> None:
-        """Forget one region (or all). Requests still reading it keep their mapping until they finish."""
+        """Forget one region (or all). As in Triton, a region that requests in flight use stays (listed, and
+        usable by new requests) until the last of them is done, then goes without another call."""
         with self._lock:
             names = list(self._system) if name is None else [name]
             for region_name in names:
-                region = self._system.pop(region_name, None)
+                region = self._system.get(region_name)
+                if region is None:
+                    continue
+                if region.users:
+                    region.unregistering = True
+                else:
+                    self._remove(region)
+
+    def acquire(self, names: Iterable[str]) -> tuple[str, ...]:
+        """Mark the regions a request uses as in use until `release`; the names acquired (those registered).
+        Call when the request is admitted, and release once its outputs are written."""
+        acquired = []
+        with self._lock:
+            for name in dict.fromkeys(names):
+                region = self._system.get(name)
                 if region is not None:
-                    # The mapping is not closed here: arrays of requests in flight may still view it; it is
-                    # unmapped once the last of them is gone.
-                    os.close(region.fd)
+                    region.users += 1
+                    acquired.append(name)
+        return tuple(acquired)
+
+    def release(self, names: Iterable[str]) -> None:
+        with self._lock:
+            for name in names:
+                region = self._system.get(name)
+                if region is None or region.users == 0:
+                    continue
+                region.users -= 1
+                if region.users == 0 and region.unregistering:
+                    self._remove(region)
+
+    def _remove(self, region: _SystemRegion) -> None:
+        """Under the lock. The mapping is not closed here: arrays of requests may still view it; it is
+        unmapped once the last of them is gone."""
+        del self._system[region.name]
+        os.close(region.fd)
 
     def system_status(self, name: str | None = None) -> list[dict[str, Any]]:
         with self._lock:

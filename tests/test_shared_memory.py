@@ -96,6 +96,23 @@ def test_unregistered_while_in_use_keeps_the_request_safe(region: tuple[str, obj
         registry.view(SharedMemoryRef("r", 0, 64))
 
 
+def test_unregistering_a_region_in_use_waits_for_its_last_request(region: tuple[str, object]) -> None:
+    registry = SharedMemoryRegistry()
+    registry.register_system("r", region[0], 0, 64)
+    first = registry.acquire(["r", "r", "unknown"])
+    assert first == ("r",)
+    registry.unregister_system()  # not an error; the region stays while in use
+    assert [s["name"] for s in registry.system_status()] == ["r"]
+    second = registry.acquire(["r"])  # a request admitted meanwhile may still use it
+    assert registry.view(SharedMemoryRef("r", 0, 4)).nbytes == 4
+    registry.release(first)
+    assert [s["name"] for s in registry.system_status()] == ["r"]
+    registry.release(second)  # the last user is done: gone without another call
+    with pytest.raises(NotFound, match="Unable to find system shared memory region: 'r'"):
+        registry.system_status("r")
+    registry.release(second)  # releasing again is harmless
+
+
 def test_a_region_shrunk_by_its_client_is_refused(region: tuple[str, object]) -> None:
     key, _ = region
     registry = SharedMemoryRegistry()
