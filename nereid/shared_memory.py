@@ -17,9 +17,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from nereid.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound, Unavailable
+from nereid.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable, Unsupported
 
 _SHM_ROOT = "/dev/shm"
+# Triton's words when clients may not register regions (its clients look for them); status UNSUPPORTED
+CLIENT_SHM_DISABLED = (
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+)
 # A POSIX shared memory name: one leading slash at most, then one path component.
 _KEY = re.compile(r"/?[^/\0]+")
 
@@ -93,6 +97,10 @@ class SharedMemoryRegistry:
     def unregister_system(self, name: str | None = None) -> None:
         """Forget one region (or all). As in Triton, a region that requests in flight use stays (listed, and
         usable by new requests) until the last of them is done, then goes without another call."""
+        self._check_allowed()
+        self._unregister(name)
+
+    def _unregister(self, name: str | None) -> None:
         with self._lock:
             names = list(self._system) if name is None else [name]
             for region_name in names:
@@ -162,6 +170,7 @@ class SharedMemoryRegistry:
 
     def unregister_cuda(self, name: str | None = None) -> None:
         """Nothing is ever registered without CUDA support; unregistering is a no-op, as for unknown names."""
+        self._check_allowed()
 
     # tensors
     def view(self, ref: SharedMemoryRef) -> memoryview:
@@ -194,11 +203,11 @@ class SharedMemoryRegistry:
         target[: raw.nbytes] = raw
 
     def close(self) -> None:
-        self.unregister_system()
+        self._unregister(None)
 
     def _check_allowed(self) -> None:
         if not self._allowed:
-            raise Forbidden("shared memory is disabled on this server (--allow-client-shm=false)")
+            raise Unsupported(CLIENT_SHM_DISABLED)
 
 
 def check_outputs_fit(registry: SharedMemoryRegistry, refs: dict[str, SharedMemoryRef]) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
 
-from nereid.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound, Unavailable
+from nereid.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable, Unsupported
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 
 
@@ -123,8 +123,13 @@ def test_a_region_shrunk_by_its_client_is_refused(region: tuple[str, object]) ->
 
 
 def test_disabled_and_cuda_without_a_gpu() -> None:
-    with pytest.raises(Forbidden, match="--allow-client-shm=false"):
-        SharedMemoryRegistry(allowed=False).register_system("x", "/k", 0, 4)
+    disabled = SharedMemoryRegistry(allowed=False)
+    with pytest.raises(Unsupported, match=r"^Client shared memory is disabled. Start the server with"):
+        disabled.register_system("x", "/k", 0, 4)
+    with pytest.raises(Unsupported, match="--allow-client-shm=true"):
+        disabled.unregister_system("x")
+    assert disabled.system_status() == []  # status stays allowed
+    disabled.close()
     registry = SharedMemoryRegistry()
     assert registry.cuda_status() == []
     with pytest.raises(InvalidArgument, match="valid base64 encoded cudaIpcMemHandle_t"):
