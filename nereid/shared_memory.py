@@ -20,6 +20,9 @@ from typing import Any
 from nereid.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable, Unsupported
 
 _SHM_ROOT = "/dev/shm"
+_SIZE_LIMIT = 2**64  # offsets and sizes are 64-bit unsigned in Triton
+# Keys with this prefix belong to regions the Python backend makes for itself.
+RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 # Triton's words when clients may not register regions (its clients look for them); status UNSUPPORTED
 CLIENT_SHM_DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -63,6 +66,7 @@ class SharedMemoryRegistry:
     # system shared memory
     def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
         self._check_allowed()
+        _check_key(name, key)
         if not _KEY.fullmatch(key) or key.strip("/") in (".", ".."):
             raise InvalidArgument(
                 f"Unable to open shared memory region: '{key}': a key is one POSIX shared memory name, "
@@ -179,8 +183,7 @@ class SharedMemoryRegistry:
             region = self._system.get(ref.region)
         if region is None:
             raise NotFound(f"Unable to find shared memory region: '{ref.region}'")
-        if ref.offset < 0 or ref.byte_size <= 0 or ref.offset + ref.byte_size > region.byte_size:
-            raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{ref.region}'")
+        _check_span(ref, region.byte_size)
         start = region.offset + ref.offset
         try:
             size = os.fstat(region.fd).st_size
@@ -208,6 +211,33 @@ class SharedMemoryRegistry:
     def _check_allowed(self) -> None:
         if not self._allowed:
             raise Unsupported(CLIENT_SHM_DISABLED)
+
+
+def _check_key(name: str, key: str) -> None:
+    """Triton's rules: a key is not slashes alone, and does not take the Python backend's own prefix."""
+    bare = key.lstrip("/")
+    if not bare:
+        raise InvalidArgument(f"cannot register shared memory region '{name}' - invalid shm key '{key}'")
+    if bare.startswith(RESERVED_KEY_PREFIX):
+        raise InvalidArgument(
+            f"cannot register shared memory region '{name}' with key '{key}' as the key contains the "
+            f"reserved prefix '{RESERVED_KEY_PREFIX}'"
+        )
+
+
+def _check_span(ref: SharedMemoryRef, region_size: int) -> None:
+    """A request's span inside a region, checked in Triton's order and words. Offsets and sizes are
+    unsigned on the wire; a negative one came from an overflowing client value."""
+    offset, byte_size = ref.offset % _SIZE_LIMIT, ref.byte_size % _SIZE_LIMIT
+    if offset >= region_size:
+        raise InvalidArgument(f"Invalid offset for shared memory region: '{ref.region}'")
+    if byte_size > _SIZE_LIMIT - 1 - offset:
+        raise InvalidArgument(
+            f"Integer overflow detected: byte_size ({byte_size}) + offset ({offset}) exceeds maximum value "
+            f"({_SIZE_LIMIT - 1}) for region '{ref.region}'"
+        )
+    if byte_size == 0 or offset + byte_size > region_size:
+        raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{ref.region}'")
 
 
 def check_outputs_fit(registry: SharedMemoryRegistry, refs: dict[str, SharedMemoryRef]) -> None:

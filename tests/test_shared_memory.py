@@ -42,10 +42,39 @@ def test_register_view_write_status_unregister(region: tuple[str, object]) -> No
         registry.system_status("r")
 
 
-@pytest.mark.parametrize("key", ["/../../etc/passwd", "/a/b", "", "/..", "/nereid_no_such_region"])
+@pytest.mark.parametrize("key", ["/../../etc/passwd", "/a/b", "/..", "/nereid_no_such_region"])
 def test_keys_that_cannot_be_opened(key: str) -> None:
     with pytest.raises(InvalidArgument, match="Unable to open shared memory region"):
         SharedMemoryRegistry().register_system("x", key, 0, 16)
+
+
+@pytest.mark.parametrize("key", ["", "/", "///"])
+def test_keys_of_slashes_alone_are_invalid(key: str) -> None:
+    with pytest.raises(
+        InvalidArgument, match=f"^cannot register shared memory region 'x' - invalid shm key '{key}'$"
+    ):
+        SharedMemoryRegistry().register_system("x", key, 0, 16)
+
+
+@pytest.mark.parametrize(
+    "key", ["triton_python_backend_shm_region_a", "///triton_python_backend_shm_region_a"]
+)
+def test_the_python_backends_prefix_is_reserved(key: str) -> None:
+    with pytest.raises(
+        InvalidArgument, match="as the key contains the reserved prefix 'triton_python_backend_shm_region_'"
+    ):
+        SharedMemoryRegistry().register_system("x", key, 0, 16)
+
+
+def test_spans_are_checked_in_tritons_order(region: tuple[str, object]) -> None:
+    registry = SharedMemoryRegistry()
+    registry.register_system("r", region[0], 0, 64)
+    with pytest.raises(InvalidArgument, match="^Invalid offset for shared memory region: 'r'$"):
+        registry.view(SharedMemoryRef("r", -32, 4))  # 2**64 - 32 as a signed value
+    with pytest.raises(
+        InvalidArgument, match=r"^Integer overflow detected: byte_size \(18446744073709551584\)"
+    ):
+        registry.view(SharedMemoryRef("r", 32, 2**64 - 32))
 
 
 def test_a_link_in_dev_shm_is_not_followed(tmp_path: object) -> None:
