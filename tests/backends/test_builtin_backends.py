@@ -320,3 +320,9 @@ def test_a_batching_ensemble_may_contain_a_non_batching_model_and_inherits_its_l
         assert infer(engine, "pipe", {"IN": np.array([[1.0, 2.0]], np.float32)})["OUT"].tolist() == [
             [1.0, 2.0]
         ]
+
+
+def test_a_model_file_named_in_the_config_is_not_needed_by_a_builtin_backend(tmp_path: Path) -> None:
+    model_dir(tmp_path, "seq", SEQUENCE + 'default_model_filename: "libtriton_sequence.so"\n')
+    with serving(tmp_path) as engine:
+        assert [r["state"] for r in engine.models.index() if r["name"] == "seq"] == ["READY"]
