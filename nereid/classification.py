@@ -6,14 +6,27 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from nereid.datatypes import wire_datatype
 from nereid.errors import InvalidArgument
+
+# Triton refuses to rank more elements than this per batch row.
+MAX_CLASSIFICATION_ELEMENTS = 1_000_000
 
 
 def classify(array: np.ndarray, count: int, labels: Sequence[str], batched: bool, name: str) -> np.ndarray:
-    """Top `count` classes per batch row (all of the row when it has fewer), highest first."""
-    if array.dtype == np.object_:
-        raise InvalidArgument(f"classification is not supported for BYTES output '{name}'")
+    """Top `count` classes per batch row (all of the row when it has fewer), highest first. As in Triton,
+    only FP32, FP64 and integer outputs can be ranked."""
+    if array.dtype.kind not in "iu" and array.dtype not in (np.float32, np.float64):
+        raise InvalidArgument(
+            "class result not available for output due to unsupported type "
+            f"'{wire_datatype(array.dtype)}' (output '{name}')"
+        )
     rows = array.reshape(array.shape[0], -1) if batched else array.reshape(1, -1)
+    if rows.shape[1] > MAX_CLASSIFICATION_ELEMENTS:
+        raise InvalidArgument(
+            f"classification output tensor too large: output '{name}' has {rows.shape[1]} elements per "
+            f"batch row, more than {MAX_CLASSIFICATION_ELEMENTS}"
+        )
     k = min(count, rows.shape[1])
     result = np.empty((rows.shape[0], k), dtype=np.object_)
     for r, row in enumerate(rows):

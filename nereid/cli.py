@@ -24,8 +24,6 @@ from nereid.settings import (
 # keep working, and each one given is reported at start-up as having no effect yet.
 NOT_YET_SUPPORTED = (
     "--http-thread-count",
-    "--http-header-forward-pattern",
-    "--grpc-header-forward-pattern",
     "--trace-config",
     "--log-info",
     "--log-warning",
@@ -34,7 +32,6 @@ NOT_YET_SUPPORTED = (
     "--log-file",
     "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size",
-    "--backend-directory",
     "--repoagent-directory",
     "--model-load-retry-count",
     "--model-namespacing",
@@ -120,7 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="counter_latencies, summary_latencies (BOOL) or summary_quantiles (Q:ERROR[,Q:ERROR...])",
     )
-    p.add_argument("--allow-client-shm", type=_bool, default=True, metavar="BOOL")
+    p.add_argument(
+        "--allow-client-shm",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
+        help="let clients register shared-memory regions (off by default, as in current Triton)",
+    )
+    p.add_argument("--http-header-forward-pattern", default="", metavar="REGEX")
+    p.add_argument("--grpc-header-forward-pattern", default="", metavar="REGEX")
     p.add_argument(
         "--allow-console", type=_bool, default=True, metavar="BOOL", help="the web console at /console"
     )
@@ -149,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="deprecated: true is the same as --disable-auto-complete-config",
     )
     p.add_argument("--backend-config", action="append", default=[], metavar="[BACKEND,]KEY=VALUE")
+    p.add_argument(
+        "--backend-directory",
+        default=None,
+        metavar="DIR",
+        help="where Python-based backends live: DIR/<backend>/model.py serves models of that backend",
+    )
     p.add_argument("--model-load-thread-count", type=int, default=4)
     p.add_argument("--strict-readiness", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-on-error", type=_bool, default=True, metavar="BOOL")
@@ -283,6 +294,8 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         repository_poll_secs=args.repository_poll_secs,
         allow_client_shm=args.allow_client_shm,
         allow_console=args.allow_console,
+        http_header_forward_pattern=_forward_pattern(args.http_header_forward_pattern, "--http"),
+        grpc_header_forward_pattern=_forward_pattern(args.grpc_header_forward_pattern, "--grpc"),
         http_restricted_api=tuple(
             _restricted_api(item, "--http-restricted-api") for item in args.http_restricted_api
         ),
@@ -301,6 +314,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         rate_limit=args.rate_limit == "execution_count",
         rate_limit_resources=tuple(_resource_limit(item) for item in args.rate_limit_resource),
         response_cache=_cache_settings(args),
+        backend_directory=Path(args.backend_directory) if args.backend_directory else None,
     )
     if args.rate_limit_resource and args.rate_limit == "off":
         warnings.append("--rate-limit-resource has no effect unless --rate-limit=execution_count")
@@ -322,6 +336,16 @@ def _resource_limit(item: str) -> ResourceLimit:
         return ResourceLimit.parse(item)
     except ValueError as exc:
         raise SystemExit(f"nereid: --rate-limit-resource {exc}") from None
+
+
+def _forward_pattern(pattern: str, prefix: str) -> str:
+    from nereid.frontends.header_forward import compile_pattern
+
+    try:
+        compile_pattern(pattern)
+    except ValueError as exc:
+        raise SystemExit(f"nereid: {prefix}-header-forward-pattern '{pattern}': {exc}") from None
+    return pattern
 
 
 def _grpc_options(args: argparse.Namespace) -> GrpcOptions:

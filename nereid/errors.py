@@ -77,6 +77,15 @@ class InternalError(NereidError):
     status = Status.INTERNAL
 
 
+class PollFailed(InternalError):
+    """A model to load could not be read from the repository (no folder, unwritable uploaded files...).
+    Triton answers these INTERNAL with "failed to load '<model>', failed to poll from model repository",
+    and its clients look for those words."""
+
+    def __init__(self, model_name: str, detail: str) -> None:
+        super().__init__(f"failed to load '{model_name}', failed to poll from model repository: {detail}")
+
+
 class ModelConfigError(InvalidArgument):
     """config.pbtxt could not be parsed or is not valid; the message names file and field."""
 

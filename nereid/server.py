@@ -23,6 +23,7 @@ from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
 from nereid.metrics import MetricsExporter, handle_metrics
 from nereid.repository import ModelManager
+from nereid.repository.manager import RepositoryMissing
 from nereid.settings import ServerSettings
 
 log = logging.getLogger("nereid")
@@ -31,8 +32,26 @@ log = logging.getLogger("nereid")
 def build_engine(settings: ServerSettings) -> Engine:
     models = ModelManager(settings)
     engine = Engine(settings, models)
-    models.start(engine)  # model code (ensemble steps, BLS) calls back into the engine
+    try:
+        models.start(engine)  # model code (ensemble steps, BLS) calls back into the engine
+    except RepositoryMissing as exc:
+        if settings.exit_on_error:
+            raise
+        # As Triton: the server failed to initialize, yet with --exit-on-error=false it keeps its endpoints
+        # up (metadata answers; live and ready say false) and loads nothing.
+        log.error("failed to initialize: %s", exc.message)
+        return _UninitializedEngine(settings, models)
     return engine
+
+
+class _UninitializedEngine(Engine):
+    """An engine whose server failed to initialize: neither live nor ready."""
+
+    def is_live(self) -> bool:
+        return False
+
+    def is_ready(self) -> bool:
+        return False
 
 
 def model_table(engine: Engine) -> str:

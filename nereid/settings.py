@@ -142,7 +142,10 @@ class ServerSettings:
     http_max_input_size: int = 64 * 1024 * 1024
     http_restricted_api: tuple[RestrictedApi, ...] = ()
     grpc_restricted_protocol: tuple[RestrictedApi, ...] = ()
-    allow_client_shm: bool = True  # clients may register system / CUDA shared memory regions
+    allow_client_shm: bool = False  # clients may register system / CUDA shared memory regions
+    # request headers whose names match become request parameters ("": none)
+    http_header_forward_pattern: str = ""
+    grpc_header_forward_pattern: str = ""
     allow_console: bool = True  # the web console at /console on the HTTP port
     # gRPC
     allow_grpc: bool = True
@@ -176,3 +179,4 @@ class ServerSettings:
     rate_limit_resources: tuple[ResourceLimit, ...] = ()
     # --cache-config: the response cache that models with `response_cache { enable: true }` use
     response_cache: CacheSettings | None = None
+    backend_directory: Path | None = None  # Python-based backends: <dir>/<backend>/model.py

@@ -13,12 +13,20 @@ import mmap
 import os
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from nereid.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound, Unavailable
+from nereid.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable, Unsupported
 
 _SHM_ROOT = "/dev/shm"
+_SIZE_LIMIT = 2**64  # offsets and sizes are 64-bit unsigned in Triton
+# Keys with this prefix belong to regions the Python backend makes for itself.
+RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
+# Triton's words when clients may not register regions (its clients look for them); status UNSUPPORTED
+CLIENT_SHM_DISABLED = (
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+)
 # A POSIX shared memory name: one leading slash at most, then one path component.
 _KEY = re.compile(r"/?[^/\0]+")
 
@@ -40,6 +48,8 @@ class _SystemRegion:
     byte_size: int
     mapping: mmap.mmap
     fd: int  # kept open to notice a client shrinking the object, which would fault reads past its end
+    users: int = 0  # requests in flight that read or write the region
+    unregistering: bool = False  # unregistered while in use: it goes once its last user is done
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
@@ -56,6 +66,7 @@ class SharedMemoryRegistry:
     # system shared memory
     def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
         self._check_allowed()
+        _check_key(name, key)
         if not _KEY.fullmatch(key) or key.strip("/") in (".", ".."):
             raise InvalidArgument(
                 f"Unable to open shared memory region: '{key}': a key is one POSIX shared memory name, "
@@ -88,15 +99,50 @@ class SharedMemoryRegistry:
             self._system[name] = _SystemRegion(name, key, offset, byte_size, mapping, fd)
 
     def unregister_system(self, name: str | None = None) -> None:
-        """Forget one region (or all). Requests still reading it keep their mapping until they finish."""
+        """Forget one region (or all). As in Triton, a region that requests in flight use stays (listed, and
+        usable by new requests) until the last of them is done, then goes without another call."""
+        self._check_allowed()
+        self._unregister(name)
+
+    def _unregister(self, name: str | None) -> None:
         with self._lock:
             names = list(self._system) if name is None else [name]
             for region_name in names:
-                region = self._system.pop(region_name, None)
+                region = self._system.get(region_name)
+                if region is None:
+                    continue
+                if region.users:
+                    region.unregistering = True
+                else:
+                    self._remove(region)
+
+    def acquire(self, names: Iterable[str]) -> tuple[str, ...]:
+        """Mark the regions a request uses as in use until `release`; the names acquired (those registered).
+        Call when the request is admitted, and release once its outputs are written."""
+        acquired = []
+        with self._lock:
+            for name in dict.fromkeys(names):
+                region = self._system.get(name)
                 if region is not None:
-                    # The mapping is not closed here: arrays of requests in flight may still view it; it is
-                    # unmapped once the last of them is gone.
-                    os.close(region.fd)
+                    region.users += 1
+                    acquired.append(name)
+        return tuple(acquired)
+
+    def release(self, names: Iterable[str]) -> None:
+        with self._lock:
+            for name in names:
+                region = self._system.get(name)
+                if region is None or region.users == 0:
+                    continue
+                region.users -= 1
+                if region.users == 0 and region.unregistering:
+                    self._remove(region)
+
+    def _remove(self, region: _SystemRegion) -> None:
+        """Under the lock. The mapping is not closed here: arrays of requests may still view it; it is
+        unmapped once the last of them is gone."""
+        del self._system[region.name]
+        os.close(region.fd)
 
     def system_status(self, name: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
@@ -128,6 +174,7 @@ class SharedMemoryRegistry:
 
     def unregister_cuda(self, name: str | None = None) -> None:
         """Nothing is ever registered without CUDA support; unregistering is a no-op, as for unknown names."""
+        self._check_allowed()
 
     # tensors
     def view(self, ref: SharedMemoryRef) -> memoryview:
@@ -136,8 +183,7 @@ class SharedMemoryRegistry:
             region = self._system.get(ref.region)
         if region is None:
             raise NotFound(f"Unable to find shared memory region: '{ref.region}'")
-        if ref.offset < 0 or ref.byte_size <= 0 or ref.offset + ref.byte_size > region.byte_size:
-            raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{ref.region}'")
+        _check_span(ref, region.byte_size)
         start = region.offset + ref.offset
         try:
             size = os.fstat(region.fd).st_size
@@ -160,11 +206,38 @@ class SharedMemoryRegistry:
         target[: raw.nbytes] = raw
 
     def close(self) -> None:
-        self.unregister_system()
+        self._unregister(None)
 
     def _check_allowed(self) -> None:
         if not self._allowed:
-            raise Forbidden("shared memory is disabled on this server (--allow-client-shm=false)")
+            raise Unsupported(CLIENT_SHM_DISABLED)
+
+
+def _check_key(name: str, key: str) -> None:
+    """Triton's rules: a key is not slashes alone, and does not take the Python backend's own prefix."""
+    bare = key.lstrip("/")
+    if not bare:
+        raise InvalidArgument(f"cannot register shared memory region '{name}' - invalid shm key '{key}'")
+    if bare.startswith(RESERVED_KEY_PREFIX):
+        raise InvalidArgument(
+            f"cannot register shared memory region '{name}' with key '{key}' as the key contains the "
+            f"reserved prefix '{RESERVED_KEY_PREFIX}'"
+        )
+
+
+def _check_span(ref: SharedMemoryRef, region_size: int) -> None:
+    """A request's span inside a region, checked in Triton's order and words. Offsets and sizes are
+    unsigned on the wire; a negative one came from an overflowing client value."""
+    offset, byte_size = ref.offset % _SIZE_LIMIT, ref.byte_size % _SIZE_LIMIT
+    if offset >= region_size:
+        raise InvalidArgument(f"Invalid offset for shared memory region: '{ref.region}'")
+    if byte_size > _SIZE_LIMIT - 1 - offset:
+        raise InvalidArgument(
+            f"Integer overflow detected: byte_size ({byte_size}) + offset ({offset}) exceeds maximum value "
+            f"({_SIZE_LIMIT - 1}) for region '{ref.region}'"
+        )
+    if byte_size == 0 or offset + byte_size > region_size:
+        raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{ref.region}'")
 
 
 def check_outputs_fit(registry: SharedMemoryRegistry, refs: dict[str, SharedMemoryRef]) -> None:

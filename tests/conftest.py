@@ -140,7 +140,7 @@ def examples_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runnin
     base = tmp_path_factory.mktemp("examples")
     repository = base / "model_repository"
     shutil.copytree(EXAMPLES, repository)
-    server = start_nereid(repository, base / "nereid.log")
+    server = start_nereid(repository, base / "nereid.log", "--allow-client-shm=true")
     try:
         yield server
     finally:

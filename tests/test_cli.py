@@ -15,6 +15,8 @@ def test_triton_flag_names_and_defaults() -> None:
     assert settings.strict_readiness and settings.exit_on_error and settings.auto_complete_config
     assert settings.default_max_batch_size == 4 and settings.server_id == "triton"
     assert not settings.reuse_http_port
+    assert not settings.allow_client_shm  # off by default, as in current Triton
+    assert settings.backend_directory is None
     assert warnings == []
 
 
@@ -31,8 +33,12 @@ def test_values_in_triton_style() -> None:
             "--backend-config=default-max-batch-size=16",
             "--backend-config=onnxruntime,enable-global-threadpool=1",
             "--id=mine",
+            "--allow-client-shm=true",
+            "--backend-directory",
+            "/opt/backends",
         ]
     )
+    assert settings.allow_client_shm and settings.backend_directory == Path("/opt/backends")
     assert not settings.allow_http and settings.http_port == 9000 and not settings.exit_on_error
     assert settings.reuse_http_port
     assert not settings.auto_complete_config

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
 
-from nereid.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound, Unavailable
+from nereid.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable, Unsupported
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 
 
@@ -42,10 +42,39 @@ def test_register_view_write_status_unregister(region: tuple[str, object]) -> No
         registry.system_status("r")
 
 
-@pytest.mark.parametrize("key", ["/../../etc/passwd", "/a/b", "", "/..", "/nereid_no_such_region"])
+@pytest.mark.parametrize("key", ["/../../etc/passwd", "/a/b", "/..", "/nereid_no_such_region"])
 def test_keys_that_cannot_be_opened(key: str) -> None:
     with pytest.raises(InvalidArgument, match="Unable to open shared memory region"):
         SharedMemoryRegistry().register_system("x", key, 0, 16)
+
+
+@pytest.mark.parametrize("key", ["", "/", "///"])
+def test_keys_of_slashes_alone_are_invalid(key: str) -> None:
+    with pytest.raises(
+        InvalidArgument, match=f"^cannot register shared memory region 'x' - invalid shm key '{key}'$"
+    ):
+        SharedMemoryRegistry().register_system("x", key, 0, 16)
+
+
+@pytest.mark.parametrize(
+    "key", ["triton_python_backend_shm_region_a", "///triton_python_backend_shm_region_a"]
+)
+def test_the_python_backends_prefix_is_reserved(key: str) -> None:
+    with pytest.raises(
+        InvalidArgument, match="as the key contains the reserved prefix 'triton_python_backend_shm_region_'"
+    ):
+        SharedMemoryRegistry().register_system("x", key, 0, 16)
+
+
+def test_spans_are_checked_in_tritons_order(region: tuple[str, object]) -> None:
+    registry = SharedMemoryRegistry()
+    registry.register_system("r", region[0], 0, 64)
+    with pytest.raises(InvalidArgument, match="^Invalid offset for shared memory region: 'r'$"):
+        registry.view(SharedMemoryRef("r", -32, 4))  # 2**64 - 32 as a signed value
+    with pytest.raises(
+        InvalidArgument, match=r"^Integer overflow detected: byte_size \(18446744073709551584\)"
+    ):
+        registry.view(SharedMemoryRef("r", 32, 2**64 - 32))
 
 
 def test_a_link_in_dev_shm_is_not_followed(tmp_path: object) -> None:
@@ -96,6 +125,23 @@ def test_unregistered_while_in_use_keeps_the_request_safe(region: tuple[str, obj
         registry.view(SharedMemoryRef("r", 0, 64))
 
 
+def test_unregistering_a_region_in_use_waits_for_its_last_request(region: tuple[str, object]) -> None:
+    registry = SharedMemoryRegistry()
+    registry.register_system("r", region[0], 0, 64)
+    first = registry.acquire(["r", "r", "unknown"])
+    assert first == ("r",)
+    registry.unregister_system()  # not an error; the region stays while in use
+    assert [s["name"] for s in registry.system_status()] == ["r"]
+    second = registry.acquire(["r"])  # a request admitted meanwhile may still use it
+    assert registry.view(SharedMemoryRef("r", 0, 4)).nbytes == 4
+    registry.release(first)
+    assert [s["name"] for s in registry.system_status()] == ["r"]
+    registry.release(second)  # the last user is done: gone without another call
+    with pytest.raises(NotFound, match="Unable to find system shared memory region: 'r'"):
+        registry.system_status("r")
+    registry.release(second)  # releasing again is harmless
+
+
 def test_a_region_shrunk_by_its_client_is_refused(region: tuple[str, object]) -> None:
     key, _ = region
     registry = SharedMemoryRegistry()
@@ -106,8 +152,13 @@ def test_a_region_shrunk_by_its_client_is_refused(region: tuple[str, object]) ->
 
 
 def test_disabled_and_cuda_without_a_gpu() -> None:
-    with pytest.raises(Forbidden, match="--allow-client-shm=false"):
-        SharedMemoryRegistry(allowed=False).register_system("x", "/k", 0, 4)
+    disabled = SharedMemoryRegistry(allowed=False)
+    with pytest.raises(Unsupported, match=r"^Client shared memory is disabled. Start the server with"):
+        disabled.register_system("x", "/k", 0, 4)
+    with pytest.raises(Unsupported, match="--allow-client-shm=true"):
+        disabled.unregister_system("x")
+    assert disabled.system_status() == []  # status stays allowed
+    disabled.close()
     registry = SharedMemoryRegistry()
     assert registry.cuda_status() == []
     with pytest.raises(InvalidArgument, match="valid base64 encoded cudaIpcMemHandle_t"):

@@ -24,7 +24,7 @@ BACKEND_PLATFORMS = {
     "tensorrt": "tensorrt_plan",
 }
 
-# backend -> (module, the pip extra that provides it)
+# backend -> (module[:factory], the pip extra that provides it); the factory defaults to create_backend
 _MODULES = {
     "onnxruntime": ("nereid.backends.onnxruntime", "onnx"),
     "python": ("nereid.backends.python", ""),
@@ -33,6 +33,12 @@ _MODULES = {
     "openvino": ("nereid.backends.openvino", "openvino"),
     "fil": ("nereid.backends.fil", "trees"),
     "tensorrt": ("nereid.backends.tensorrt", "tensorrt"),
+    # Triton's test and example backends, which its own test suites and many tutorials use
+    "identity": ("nereid.backends.identity", ""),
+    "sequence": ("nereid.backends.sequence", ""),
+    "dyna_sequence": ("nereid.backends.sequence:create_dyna_backend", ""),
+    "repeat": ("nereid.backends.decoupled:create_repeat_backend", ""),
+    "square": ("nereid.backends.decoupled:create_square_backend", ""),
 }
 
 # Model file suffixes that identify the backend when the config names none.
@@ -46,6 +52,7 @@ _DETECT = {
 }
 
 _loaded: dict[str, Backend] = {}
+_python_based_backends: dict[Path, Backend] = {}
 
 
 def backend_name(config: mc.ModelConfig, model_dir: Path, version_dirs: list[Path]) -> str:
@@ -72,13 +79,20 @@ def backend_name(config: mc.ModelConfig, model_dir: Path, version_dirs: list[Pat
     )
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, backend_directory: Path | None = None) -> Backend:
+    """The backend called `name`: a built-in one, else a Python-based backend, `<backend_directory>/<name>/
+    model.py`, that serves every model naming it (Triton's Python-based backends)."""
     if name in _loaded:
         return _loaded[name]
     if name not in _MODULES:
+        script = backend_directory / name / "model.py" if backend_directory is not None else None
+        if script is not None and script.is_file():
+            return _python_based(name, script)
         supported = ", ".join(sorted(_MODULES))
-        raise Unsupported(f"backend '{name}' is not supported (supported backends: {supported})")
+        where = f", and {backend_directory}/{name}/model.py does not exist" if backend_directory else ""
+        raise Unsupported(f"backend '{name}' is not supported (supported backends: {supported}{where})")
     module_name, extra = _MODULES[name]
+    module_name, _, factory = module_name.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -86,9 +100,18 @@ def get_backend(name: str) -> Backend:
             f"backend '{name}' needs a package that is not installed ({exc.name}): "
             f"pip install 'nereid[{extra}]'"
         ) from None
-    backend: Backend = module.create_backend()
+    backend: Backend = getattr(module, factory or "create_backend")()
     _loaded[name] = backend
     return backend
+
+
+def _python_based(name: str, script: Path) -> Backend:
+    script = script.resolve()
+    if script not in _python_based_backends:
+        from nereid.backends.python import PythonBasedBackend
+
+        _python_based_backends[script] = PythonBasedBackend(name, script)
+    return _python_based_backends[script]
 
 
 __all__ = [

@@ -42,6 +42,19 @@ def execute(
     return execute_batched(requests, run_request)
 
 
+def per_request(
+    requests: Sequence[BackendRequest], run: Callable[[BackendRequest], Outputs]
+) -> list[BackendResult]:
+    """Run each request on its own; a NereidError fails that request alone, as Triton's backends do."""
+    results: list[BackendResult] = []
+    for request in requests:
+        try:
+            results.append(run(request))
+        except NereidError as exc:
+            results.append(exc)
+    return results
+
+
 def numpy_type(data_type: int) -> np.dtype:
     return numpy_dtype(config_to_wire(mc.DataType.Name(data_type)))
 

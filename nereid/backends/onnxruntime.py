@@ -12,7 +12,8 @@ import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends import framework
-from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
+from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs, batch_elements
+from nereid.backends.batch_inputs import batch_input_tensors, flatten_ragged
 from nereid.backends.batching import execute_batched
 from nereid.backends.framework import ModelTensor
 from nereid.errors import InternalError, InvalidArgument, ModelConfigError, NereidError, Unavailable
@@ -61,13 +62,14 @@ class OnnxRuntimeBackend:
             _model_tensors(session.get_inputs()),
             _model_tensors(session.get_outputs()),
             default_max_batch_size,
-            omit_inputs=supplied_inputs(config),
+            omit_inputs=supplied_inputs(config) | _batch_input_targets(config),
             omit_outputs=state_outputs(config),
         )
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
         session = _metadata_session(model_file)
-        supplied = supplied_inputs(config)
+        # the sequence batcher's control and state inputs, and the batch inputs, are not the client's
+        supplied = supplied_inputs(config) | _batch_input_targets(config)
         model_inputs = [t for t in session.get_inputs() if t.name not in supplied]
         _check_against_model("input", config.input, model_inputs, config, require_all=True)
         _check_against_model("output", config.output, session.get_outputs(), config, require_all=False)
@@ -122,9 +124,30 @@ class OnnxRuntimeInstance:
         self._run = binding.run if callable(getattr(binding, "run", None)) else self._session.run
         self._string_inputs = {i.name for i in self._session.get_inputs() if i.type == "tensor(string)"}
         self._string_outputs = {o.name for o in self._session.get_outputs() if o.type == "tensor(string)"}
+        # Scalars in the model, given as dims of 1s in the configuration (Triton's rule): inputs lose those
+        # dims on the way in, outputs get them back.
+        self._scalar_inputs = {i.name for i in self._session.get_inputs() if i.shape == []}
+        # Ragged batching: such inputs reach the model as one row, with the batch inputs it asks for; each
+        # request runs as a batch of its own here. Outputs named by BATCH_SCATTER_WITH_INPUT_SHAPE take the
+        # shape of their source input.
+        self._ragged = [i.name for i in spec.config.input if i.allow_ragged_batch]
+        self._batch_inputs = list(spec.config.batch_input)
+        self._scatter = {
+            target: b.source_input[0]
+            for b in spec.config.batch_output
+            if b.kind == mc.BatchOutput.BATCH_SCATTER_WITH_INPUT_SHAPE and b.source_input
+            for target in b.target_name
+        }
+        self._scalar_outputs = {
+            o.name: tuple(o.dims)
+            for o in spec.config.output
+            if _is_scalar(self._session.get_outputs(), o.name)
+        }
         self._model_name = spec.model_name
 
     def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        if self._ragged or self._batch_inputs:
+            return self._run_ragged(requests)
         if len(requests) == 1:  # the common case, without the batching helper's bookkeeping
             try:
                 return [self._run_request(requests[0])]
@@ -135,10 +158,12 @@ class OnnxRuntimeInstance:
     def _run_request(self, request: BackendRequest) -> Outputs:
         inputs, outputs = request.inputs, request.outputs
         feed = inputs
+        if self._scalar_inputs:
+            feed = {name: a.reshape(()) if name in self._scalar_inputs else a for name, a in inputs.items()}
         if self._string_inputs:
             feed = {
                 name: _to_ort_strings(name, a) if name in self._string_inputs else a
-                for name, a in inputs.items()
+                for name, a in feed.items()
             }
         try:
             results = self._run(outputs if isinstance(outputs, list) else list(outputs), feed, None)
@@ -149,7 +174,38 @@ class OnnxRuntimeInstance:
         out: Outputs = dict(zip(outputs, results, strict=True))
         for name in self._string_outputs.intersection(out):
             out[name] = _from_ort_strings(out[name])
+        for name in self._scalar_outputs.keys() & out.keys():
+            out[name] = out[name].reshape(self._scalar_outputs[name])
         return out
+
+    def _run_ragged(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        """One model call for the whole batch: ragged inputs joined into one row, the batch inputs computed
+        over every request; outputs split by each request's batch size (scatter outputs by the elements of
+        their source input, in its shape)."""
+        batch = [request.inputs for request in requests]
+        inputs: dict[str, np.ndarray] = {}
+        for name in requests[0].inputs:
+            if name in self._ragged:
+                inputs[name] = flatten_ragged(batch, name)
+            else:
+                inputs[name] = np.concatenate([r[name] for r in batch]) if len(batch) > 1 else batch[0][name]
+        try:
+            inputs.update(batch_input_tensors(self._batch_inputs, batch))
+            outputs = self._run_request(BackendRequest(inputs, requests[0].outputs))
+        except NereidError as exc:
+            return [exc for _ in requests]
+        results: list[BackendResult] = [{} for _ in requests]
+        for name, array in outputs.items():
+            source = self._scatter.get(name)
+            sizes = [
+                r[source].size if source else batch_elements(request)
+                for r, request in zip(batch, requests, strict=True)
+            ]
+            offsets = np.cumsum([0, *sizes])
+            for index, result in enumerate(results):
+                piece = array[offsets[index] : offsets[index + 1]]
+                result[name] = piece.reshape(batch[index][source].shape) if source else piece  # type: ignore[index]
+        return results
 
     def close(self) -> None:
         del self._session
@@ -169,6 +225,14 @@ def _metadata_session(model_file: Path) -> ort.InferenceSession:
         return ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise Unavailable(f"failed to load '{model_file}': {exc}") from None
+
+
+def _batch_input_targets(config: mc.ModelConfig) -> set[str]:
+    return {name for batch_input in config.batch_input for name in batch_input.target_name}
+
+
+def _is_scalar(tensors: Sequence[Any], name: str) -> bool:
+    return any(t.name == name and t.shape == [] for t in tensors)
 
 
 def _is_variable(dim: object) -> bool:
@@ -208,6 +272,26 @@ def _check_against_model(kind, tensors, model_tensors, config: mc.ModelConfig, r
 def _check_dims(kind: str, tensor, model_shape: list, config: mc.ModelConfig) -> None:  # type: ignore[no-untyped-def]
     dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
     shape = list(model_shape)
+    if kind == "output" and any(tensor.name in b.target_name for b in config.batch_output):
+        return  # a batch output's shape need not match the model's
+    if kind == "input" and getattr(tensor, "allow_ragged_batch", False):
+        # a ragged input reaches the model as the whole batch's elements in one row
+        if len(shape) != 1 or not _is_variable(shape[0]):
+            raise ModelConfigError(
+                f"unable to load model '{config.name}', configuration expects model provides input with "
+                f"shape [-1] for ragged input '{tensor.name}', model provides "
+                f"[{','.join(str(d) for d in _model_dims(shape, 0))}]"
+            )
+        return
+    if not shape and config.max_batch_size == 0:
+        # a scalar: the configuration gives it as dims of 1s ([1], [1, 1], ...)
+        if any(d != 1 for d in dims):
+            raise ModelConfigError(
+                f"unable to load model '{config.name}', scalar tensor '{tensor.name}', should only provide 1 "
+                "in the model configuration when the model doesn't support batching. Model configuration "
+                f"provided: {dims}."
+            )
+        return
     if config.max_batch_size > 0:
         if not shape or not _is_variable(shape[0]):
             raise ModelConfigError(

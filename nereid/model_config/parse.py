@@ -67,8 +67,24 @@ def _with_position(source: ConfigSource, exc: text_format.ParseError) -> str:
     if not match:
         return f"{name}: failed to parse model configuration: {exc}"
     line, column, message = match.groups()
+    message = _triton_wording(message)
     hint = _hint(message)
     return f"{name}:{line}:{column}: {message}{hint}"
+
+
+# Python's protobuf words some integer errors differently from the C++ parser Triton uses; tools that check
+# Triton's log look for its words.
+_INTEGER_WORDING = (
+    (re.compile(r"Couldn't parse integer: (.*)$"), r"Expected integer, got: \1"),
+    (re.compile(r"Value out of range: -\d+$"), "Expected integer, got: -"),
+    (re.compile(r"Value out of range: (\d+)$"), r"Integer out of range (\1)"),
+)
+
+
+def _triton_wording(message: str) -> str:
+    for pattern, replacement in _INTEGER_WORDING:
+        message = pattern.sub(replacement, message)
+    return message
 
 
 def _hint(message: str) -> str:

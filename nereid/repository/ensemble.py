@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from nereid.errors import InvalidArgument, NereidError
 from nereid.model_config import ConfigSource, config_to_json, read_config, validate_config
 from nereid.model_config.ensemble import is_ensemble, step_models, validate_ensemble_config
-from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
+from nereid.repository.model import ModelVersion, model_metadata, read_labels, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, version_folders
 from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep, ensemble_steps
 from nereid.settings import ServerSettings
@@ -48,6 +48,7 @@ def load_ensemble(
         validate_config(config, config_source, name)
         validate_ensemble_config(config)
         member_configs = check_members(config, members)
+        labels = _labels(source, config, members)
     except NereidError as exc:
         result.failures[None] = exc.message
         return
@@ -74,12 +75,29 @@ def load_ensemble(
             config_json=config_json,
             metadata=model_metadata(config, [version]),
             inputs=tensor_specs(config.input),
-            outputs=tensor_specs(config.output),
-            scheduler=EnsembleScheduler(name, steps, members),
+            outputs=tensor_specs(config.output, labels),
+            scheduler=EnsembleScheduler(name, steps, members, config),
             output_names=_production_order(config, steps),
             required_inputs=tuple(i.name for i in config.input if not i.optional),
             ensemble=True,
         )
+
+
+def _labels(
+    source: ModelSource, config: mc.ModelConfig, members: EnsembleMembers
+) -> dict[str, tuple[str, ...]]:
+    """Labels for the classification extension: the ensemble's own label files, else those of the output
+    of the composing model that produces the tensor (as Triton looks them up)."""
+    labels = read_labels(source.path, config)
+    outputs = {o.name for o in config.output}
+    for step in config.ensemble_scheduling.step:
+        version = "" if step.model_version < 0 else str(step.model_version)
+        for model_output, tensor in step.output_map.items():
+            if tensor in outputs and tensor not in labels:
+                spec = members.lookup(step.model_name, version).outputs.get(model_output)
+                if spec is not None and spec.labels:
+                    labels[tensor] = spec.labels
+    return labels
 
 
 def _production_order(config: mc.ModelConfig, steps: tuple[EnsembleStep, ...]) -> tuple[str, ...]:
@@ -113,12 +131,12 @@ def check_members(config: mc.ModelConfig, members: EnsembleMembers) -> list[mc.M
         raise InvalidArgument(
             f"ensemble {name} contains models that are not available or ambiguous: {', '.join(unavailable)}"
         )
-    # Every ensemble tensor's full shape (batch dimension included) and type, as each side sees it.
+    # Every ensemble tensor's type, dims and full shape (batch dimension included), as each side sees it.
     batch = [-1] if config.max_batch_size > 0 else []
-    seen: dict[str, tuple[str, int, list[int]]] = {}
+    seen: dict[str, tuple[str, int, list[int], list[int]]] = {}
     checked: list[mc.ModelConfig] = []
     for tensor in list(config.input) + list(config.output):
-        seen[tensor.name] = (name, tensor.data_type, batch + list(tensor.dims))
+        seen[tensor.name] = (name, tensor.data_type, list(tensor.dims), batch + list(tensor.dims))
     for index, step in enumerate(config.ensemble_scheduling.step):
         model = found[index]
         if step.model_version >= 0:
@@ -131,7 +149,8 @@ def check_members(config: mc.ModelConfig, members: EnsembleMembers) -> list[mc.M
                 ) from None
         member = model.config
         checked.append(member)
-        if config.max_batch_size > member.max_batch_size:
+        # a batching ensemble may contain non-batching models, as long as the full shapes agree
+        if member.max_batch_size != 0 and config.max_batch_size > member.max_batch_size:
             raise InvalidArgument(
                 f"ensemble {name} allows maximum batch size {config.max_batch_size}, but it contains model "
                 f"{member.name} which only allows maximum batch size to be {member.max_batch_size}"
@@ -160,18 +179,21 @@ def check_members(config: mc.ModelConfig, members: EnsembleMembers) -> list[mc.M
         pairs = [(t, member_inputs[i]) for i, t in step.input_map.items()]
         pairs += [(t, member_outputs[o]) for o, t in step.output_map.items()]
         for tensor, spec in pairs:
-            shape = member_batch + list(spec.dims)
+            dims = list(spec.dims)
+            shape = member_batch + dims
             if tensor not in seen:
-                seen[tensor] = (member.name, spec.data_type, shape)
+                seen[tensor] = (member.name, spec.data_type, dims, shape)
                 continue
-            other, data_type, other_shape = seen[tensor]
+            other, data_type, other_dims, other_shape = seen[tensor]
             if data_type != spec.data_type:
                 raise InvalidArgument(
                     f"in ensemble {name}, ensemble tensor {tensor}: inconsistent data type: "
                     f"{mc.DataType.Name(data_type)} is inferred from model {other} while "
                     f"{mc.DataType.Name(spec.data_type)} is inferred from model {member.name}"
                 )
-            if not _compatible(other_shape, shape):
+            # As in Triton: the dims may agree, or the full shapes may (a batching model's [d...] beside a
+            # non-batching one's [-1, d...]).
+            if not _compatible(other_dims, dims) and not _compatible(other_shape, shape):
                 raise InvalidArgument(
                     f"in ensemble {name}, ensemble tensor {tensor}: inconsistent shape: "
                     f"{_shape(other_shape)} is inferred from model {other} while {_shape(shape)} is inferred "

@@ -18,7 +18,7 @@ from nereid.model_config import ConfigSource, config_from_json, config_to_json, 
 from nereid.model_config.ensemble import is_ensemble
 from nereid.model_config.sequence import check_sequence_batching, fill_sequence_defaults
 from nereid.repository.ensemble import load_ensemble
-from nereid.repository.model import ModelVersion, model_metadata, tensor_specs
+from nereid.repository.model import ModelVersion, model_metadata, read_labels, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, tree_fingerprint, version_folders
 from nereid.scheduling import create_scheduler
 from nereid.scheduling.ensemble import EnsembleMembers
@@ -66,7 +66,7 @@ def load_model(
             load_ensemble(source, config, config_source, members, result, serving)
             return result
         config, backend, folders = _complete_config(source, config, config_source, settings)
-        labels = _read_labels(source.path, config)
+        labels = read_labels(source.path, config)
     except NereidError as exc:
         result.failures[None] = exc.message
         return result
@@ -123,7 +123,7 @@ def _complete_config(
         config.name = source.name
     folders = version_folders(source.path)
     name = backend_name(config, source.path, list(folders.values()))
-    backend = get_backend(name)
+    backend = get_backend(name, settings.backend_directory)
     if not config.backend:
         config.backend = name
     if not config.platform and name in BACKEND_PLATFORMS:
@@ -193,21 +193,6 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
         optimization.output_pinned_memory.enable = True
 
 
-def _read_labels(model_dir: Path, config: mc.ModelConfig) -> dict[str, tuple[str, ...]]:
-    labels: dict[str, tuple[str, ...]] = {}
-    for output in config.output:
-        if output.label_filename:
-            path = model_dir / output.label_filename
-            try:
-                labels[output.name] = tuple(path.read_text(encoding="utf-8").splitlines())
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ModelConfigError(
-                    f"model '{config.name}': cannot read label file '{output.label_filename}' of output "
-                    f"'{output.name}': {exc}"
-                ) from None
-    return labels
-
-
 def _load_version(
     source: ModelSource,
     config: mc.ModelConfig,
@@ -223,7 +208,9 @@ def _load_version(
 ) -> ModelVersion:
     version_dir = folders[version]
     model_file = version_dir / config.default_model_filename
-    if not model_file.exists():
+    # A backend that names no model file (identity, sequence, Python-based backends) needs none, whatever
+    # default_model_filename the config gives (Triton's test models name their C++ libraries there).
+    if backend.default_model_filename and not model_file.exists():
         raise Unavailable(
             f"failed to load model '{source.name}' version {version}: model file '{model_file}' not found"
         )

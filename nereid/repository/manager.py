@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nereid.engine_client import ModelServices
-from nereid.errors import InvalidArgument, NereidError, NotFound, Unavailable
+from nereid.errors import InvalidArgument, NereidError, NotFound, PollFailed, Unavailable
 from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members
 from nereid.repository.loader import LoadResult, load_model
 from nereid.repository.model import ModelVersion
@@ -108,7 +108,7 @@ class ModelManager:
         self.members = EnsembleMembers(self.get, server)
         for root in self._settings.model_repositories:
             if not root.is_dir():
-                raise NotFound(f"model repository '{root}' does not exist or is not a folder")
+                raise RepositoryMissing(f"model repository '{root}' does not exist or is not a folder")
         for mirror in self._mirrors:
             mirror.sync()
         if self.control_mode == "explicit":
@@ -215,9 +215,8 @@ class ModelManager:
 
     def _load(self, name: str, config: str | None, files: dict[str, bytes] | None) -> None:
         if files and config is None:
-            raise InvalidArgument(
-                f"load of model '{name}': file parameters need a 'config' parameter too (the model's "
-                "configuration as JSON)"
+            raise PollFailed(
+                name, "file parameters need a 'config' parameter too (the model's configuration as JSON)"
             )
         with self._model_lock(name):
             uploaded = write_model_folder(name, files) if files else None
@@ -324,7 +323,7 @@ class ModelManager:
                 continue
             try:
                 self.load(ensemble)
-            except (InvalidArgument, NotFound, Unavailable):
+            except (InvalidArgument, NotFound, Unavailable, PollFailed):
                 pass  # logged, and shown in the repository index
 
     def _repository_source(self, name: str) -> ModelSource:
@@ -332,7 +331,7 @@ class ModelManager:
             mirror.sync(only=name)
         source = self._discover().get(name)
         if source is None:
-            raise InvalidArgument(f"failed to load '{name}': {_no_folder(name)}")
+            raise PollFailed(name, _no_folder(name))
         return source
 
     def _retire(self, entry: _ModelEntry, keep: Iterable[ModelVersion]) -> None:
@@ -502,6 +501,10 @@ class ModelManager:
             status = row["state"] if row["state"] == "READY" else f"{row['state']}: {row['reason']}"
             rows.append((row["name"], row.get("version", "-"), status))
         return rows
+
+
+class RepositoryMissing(NotFound):
+    """A --model-repository folder does not exist: the server cannot initialize."""
 
 
 def _no_folder(name: str) -> str:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.datatypes import config_to_wire, numpy_dtype
+from nereid.errors import ModelConfigError
 from nereid.scheduling import Scheduler
 from nereid.statistics import ModelStatistics
 from nereid.types import RequestedOutput
@@ -132,3 +134,19 @@ def model_metadata(config: mc.ModelConfig, versions: list[int]) -> dict[str, Any
         "inputs": describe(config.input),
         "outputs": describe(config.output),
     }
+
+
+def read_labels(model_dir: Path, config: mc.ModelConfig) -> dict[str, tuple[str, ...]]:
+    """The labels of each output that names a label file, one per line."""
+    labels: dict[str, tuple[str, ...]] = {}
+    for output in config.output:
+        if output.label_filename:
+            path = model_dir / output.label_filename
+            try:
+                labels[output.name] = tuple(path.read_text(encoding="utf-8").splitlines())
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ModelConfigError(
+                    f"model '{config.name}': cannot read label file '{output.label_filename}' of output "
+                    f"'{output.name}': {exc}"
+                ) from None
+    return labels

@@ -26,6 +26,8 @@ def discover(roots: list[Path]) -> dict[str, ModelSource]:
     """Every model folder of every root. A name in two roots is kept, marked, so that only it fails."""
     found: dict[str, ModelSource] = {}
     for root in roots:
+        if not root.is_dir():  # reported once at start-up (the server then failed to initialize)
+            continue
         for entry in sorted(root.iterdir()):
             if not entry.is_dir() or entry.name.startswith("."):
                 continue

@@ -6,7 +6,7 @@ import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from nereid.errors import InvalidArgument
+from nereid.errors import InvalidArgument, PollFailed
 
 FILE_PREFIX = "file:"
 # What the file system takes, checked up front so that an upload beyond it is the client's error (400)
@@ -71,7 +71,7 @@ def write_model_folder(model_name: str, files: dict[str, bytes]) -> Path:
                 with open(target, "xb") as out:
                     out.write(data)
             except OSError as exc:  # e.g. one parameter names a file, another a folder at the same path
-                raise InvalidArgument(f"load of model '{model_name}': cannot write '{path}': {exc}") from None
+                raise PollFailed(model_name, f"cannot write '{path}': {exc.strerror or exc}") from None
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise

@@ -10,9 +10,10 @@ numpy arrays in this process between steps.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,12 +22,15 @@ from tritonclient.grpc import model_config_pb2 as mc
 from nereid.backends.base import BackendRequest, Outputs
 from nereid.datatypes import wire_datatype
 from nereid.errors import InternalError, NereidError
+from nereid.scheduling.ensemble_shapes import reshape_for
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 if TYPE_CHECKING:
     from nereid.engine_client import ModelServices
     from nereid.repository.model import ModelVersion
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,9 @@ class EnsembleStep:
     model_version: str  # "" for the latest (model_version -1)
     input_map: Mapping[str, str]  # the model's input -> ensemble tensor
     output_map: Mapping[str, str]  # the model's output -> ensemble tensor
+    batching: bool = False  # the model's max_batch_size > 0
+    input_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # the model's input dims
+    optional_inputs: frozenset[str] = frozenset()  # the model's inputs that a request may leave out
 
 
 def ensemble_steps(config: mc.ModelConfig, models: list[mc.ModelConfig]) -> tuple[EnsembleStep, ...]:
@@ -54,32 +61,61 @@ def ensemble_steps(config: mc.ModelConfig, models: list[mc.ModelConfig]) -> tupl
         order = {output.name: index for index, output in enumerate(model.output)}
         outputs = sorted(step.output_map.items(), key=lambda item: order.get(item[0], len(order)))
         version = "" if step.model_version < 0 else str(step.model_version)
-        steps.append(EnsembleStep(step.model_name, version, dict(step.input_map), dict(outputs)))
+        dims = {tensor.name: tuple(tensor.dims) for tensor in model.input}
+        optional = frozenset(tensor.name for tensor in model.input if tensor.optional)
+        steps.append(
+            EnsembleStep(
+                step.model_name,
+                version,
+                dict(step.input_map),
+                dict(outputs),
+                model.max_batch_size > 0,
+                dims,
+                optional,
+            )
+        )
     return tuple(steps)
 
 
 class EnsembleScheduler:
-    def __init__(self, name: str, steps: tuple[EnsembleStep, ...], members: EnsembleMembers) -> None:
+    def __init__(
+        self,
+        name: str,
+        steps: tuple[EnsembleStep, ...],
+        members: EnsembleMembers,
+        config: mc.ModelConfig | None = None,
+    ) -> None:
         self._name = name
         self._steps = steps
         self._members = members
+        self._batching = config is not None and config.max_batch_size > 0
+        self._output_dims = {o.name: tuple(o.dims) for o in config.output} if config is not None else {}
+        self._needed: dict[tuple[str, ...], tuple[EnsembleStep, ...]] = {}
 
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         start = time.perf_counter_ns()
         tensors: dict[str, np.ndarray] = dict(request.inputs)
-        waiting = list(self._steps)
+        # each tensor's batch size, as ensemble_shapes uses it (0: made without batching)
+        batches = {name: _batch(array, self._batching) for name, array in tensors.items()}
+        waiting = self._needed_steps(tuple(request.outputs))
         running: dict[asyncio.Task[InferResponse], EnsembleStep] = {}
         try:
             while True:
-                ready = [s for s in waiting if all(t in tensors for t in s.input_map.values())]
+                ready = _ready(waiting, running.values())
+                skipped = [s for s in ready if not _runnable(s, tensors)]
+                for step in skipped:  # a required input was never made: its outputs will not be either
+                    waiting.remove(step)
+                    ready.remove(step)
+                if skipped and not ready:
+                    continue
                 if len(ready) == 1 and not running:  # a chain: no task needed to wait for one step
                     waiting.remove(ready[0])
-                    response = await self._run_step(ready[0], tensors, request)
-                    _store(ready[0], response, tensors)
+                    response = await self._run_step(ready[0], tensors, batches, request)
+                    _store(ready[0], response, tensors, batches)
                     continue
                 for step in ready:
                     waiting.remove(step)
-                    task = asyncio.ensure_future(self._run_step(step, tensors, request))
+                    task = asyncio.ensure_future(self._run_step(step, tensors, batches, request))
                     running[task] = step
                 if not running:
                     break
@@ -87,40 +123,59 @@ class EnsembleScheduler:
                 for task in done:
                     step = running.pop(task)
                     # a failed step fails the request; `finally` stops the rest
-                    _store(step, task.result(), tensors)
+                    _store(step, task.result(), tensors, batches)
         finally:
             for task in running:
                 task.cancel()
             if running:
                 await asyncio.wait(running)
-        missing = [name for name in request.outputs if name not in tensors]
-        if missing:
-            raise InternalError(
-                f"in ensemble '{self._name}', no step produced output(s) {', '.join(missing)}: "
-                + (
-                    "steps never ran for lack of their inputs: "
-                    + ", ".join(f"'{s.model_name}'" for s in waiting)
-                    if waiting
-                    else "a composing model left them out of its response"
-                )
-            )
+        for name in request.outputs:
+            if name not in tensors:  # as in Triton, the response leaves it out
+                log.debug("ensemble '%s': Composing models did not output tensor %s", self._name, name)
         if timing is not None:
             timing.infer_ns = time.perf_counter_ns() - start
-        return {name: tensors[name] for name in request.outputs}
+        return {
+            name: self._as_output(name, tensors[name], batches[name])
+            for name in request.outputs
+            if name in tensors
+        }
+
+    def _needed_steps(self, outputs: tuple[str, ...]) -> list[EnsembleStep]:
+        """The steps that contribute to the requested outputs; Triton runs no others."""
+        needed = self._needed.get(outputs)
+        if needed is None:
+            needed = needed_steps(self._steps, outputs)
+            if len(self._needed) < 64:  # requests name few distinct output sets
+                self._needed[outputs] = needed
+        return list(needed)
+
+    def _as_output(self, name: str, array: np.ndarray, batch: int) -> np.ndarray:
+        dims = self._output_dims.get(name)
+        if dims is None:
+            return array
+        shape = reshape_for(dims, self._batching, batch, array.shape)
+        return array if shape == array.shape else array.reshape(shape)
 
     async def _run_step(
         self,
         step: EnsembleStep,
         tensors: Mapping[str, np.ndarray],
+        batches: Mapping[str, int],
         request: BackendRequest,
     ) -> InferResponse:
         server = self._members.server
         if server is None:
             raise InternalError(f"ensemble '{self._name}' is not connected to an engine")
-        inputs = [
-            InferTensor(name, wire_datatype(tensors[tensor].dtype), tensors[tensor].shape, tensors[tensor])
-            for name, tensor in step.input_map.items()
-        ]
+        inputs = []
+        for name, tensor in step.input_map.items():
+            if tensor not in tensors:
+                continue  # an optional input that the request or an earlier step left out
+            array = tensors[tensor]
+            dims = step.input_dims.get(name)
+            if dims is not None:
+                shape = reshape_for(dims, step.batching, batches[tensor], array.shape)
+                array = array if shape == array.shape else array.reshape(shape)
+            inputs.append(InferTensor(name, wire_datatype(array.dtype), array.shape, array))
         outputs = [RequestedOutput(name) for name in step.output_map]
         # Each step carries the ensemble request's parameters and controls, its priority included (as Triton).
         member = InferRequest(
@@ -162,9 +217,42 @@ class EnsembleScheduler:
         """Nothing to release: the composing models belong to the model manager."""
 
 
-def _store(step: EnsembleStep, response: InferResponse, tensors: dict[str, np.ndarray]) -> None:
-    """A step's outputs become the ensemble tensors its output map names."""
+def needed_steps(steps: tuple[EnsembleStep, ...], outputs: Iterable[str]) -> tuple[EnsembleStep, ...]:
+    """The steps that make `outputs`, directly or through the tensors their inputs need, in step order."""
+    wanted = set(outputs)
+    needed: set[int] = set()
+    changed = True  # steps may be listed in any order, so sweep until nothing is added
+    while changed:
+        changed = False
+        for index, step in enumerate(steps):
+            if index not in needed and any(t in wanted for t in step.output_map.values()):
+                needed.add(index)
+                wanted.update(step.input_map.values())
+                changed = True
+    return tuple(step for index, step in enumerate(steps) if index in needed)
+
+
+def _ready(waiting: list[EnsembleStep], running: Iterable[EnsembleStep]) -> list[EnsembleStep]:
+    """The waiting steps none of whose inputs is still to come from a step that has not finished."""
+    pending = {tensor for step in (*waiting, *running) for tensor in step.output_map.values()}
+    return [s for s in waiting if not any(t in pending for t in s.input_map.values())]
+
+
+def _runnable(step: EnsembleStep, tensors: Mapping[str, np.ndarray]) -> bool:
+    """Every input that the step's model requires exists (optional ones may be absent)."""
+    return all(tensor in tensors or name in step.optional_inputs for name, tensor in step.input_map.items())
+
+
+def _batch(array: np.ndarray, batching: bool) -> int:
+    return int(array.shape[0]) if batching and array.ndim else 0
+
+
+def _store(
+    step: EnsembleStep, response: InferResponse, tensors: dict[str, np.ndarray], batches: dict[str, int]
+) -> None:
+    """A step's outputs become the ensemble tensors its output map names, with the step's batch size."""
     produced = {tensor.name: tensor.data for tensor in response.outputs}
     for output, tensor in step.output_map.items():
         if output in produced:
             tensors[tensor] = produced[output]
+            batches[tensor] = _batch(produced[output], step.batching)

@@ -92,6 +92,7 @@ def server_pair(
         nereid = start_nereid(
             nereid_models,
             base / "nereid.log",
+            "--allow-client-shm=true",  # Triton 2.51 allows client shared memory by default
             *flags,
             *nereid_flags,
             grpc=grpc,

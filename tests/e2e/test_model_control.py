@@ -68,8 +68,16 @@ def test_explicit_mode_with_tritonclient(tmp_path: Path) -> None:
         assert (_infer(client, "delivered") == np.arange(1, 17)).all()
         client.unload_model("delivered", headers=ADMIN)
         assert not client.is_model_ready("delivered")
-        with pytest.raises(InferenceServerException, match="no model folder named 'nope'"):
+        # Triton's words and status (INTERNAL), which its clients look for
+        with pytest.raises(InferenceServerException, match="failed to load 'nope', failed to poll") as raised:
             client.load_model("nope", headers=ADMIN)
+        assert "no model folder named 'nope'" in str(raised.value) and raised.value.status() == "500"
+        with pytest.raises(
+            InferenceServerException, match="failed to poll from model repository: cannot write"
+        ):
+            client.load_model("x", headers=ADMIN, config="{}", files={"file:" + "A" * 256: b"data"})
+        with pytest.raises(InferenceServerException, match="failed to load 'x', failed to poll"):
+            client.load_model("x", headers=ADMIN, files={"file:1/model.onnx": b"data"})
         with pytest.raises(InferenceServerException, match="must be a relative path"):
             client.load_model("x", headers=ADMIN, config="{}", files={"file:../x": b"data"})
         client.unload_model("simple", headers=ADMIN)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nereid.errors import InvalidArgument, NotFound, Unavailable
+from nereid.errors import InvalidArgument, NotFound, PollFailed, Unavailable
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
 from tests.conftest import EXAMPLES
@@ -55,7 +55,9 @@ def test_explicit_mode_loads_only_what_is_asked(explicit: ModelManager) -> None:
 
 
 def test_load_unknown_model_names_the_reason(explicit: ModelManager) -> None:
-    with pytest.raises(InvalidArgument, match="no model folder named 'gamma'"):
+    with pytest.raises(
+        PollFailed, match="failed to load 'gamma', failed to poll from model repository: no model folder"
+    ):
         explicit.load("gamma")
 
 
@@ -130,7 +132,9 @@ def test_model_delivered_as_files(explicit: ModelManager) -> None:
     assert len(private) == 1
     explicit.unload("delivered")
     assert not private[0].exists()
-    with pytest.raises(InvalidArgument, match="need a 'config' parameter"):
+    with pytest.raises(
+        PollFailed, match="failed to poll from model repository: file parameters need a 'config'"
+    ):
         explicit.load("delivered", files={"file:1/model.onnx": b"x"})
 
 

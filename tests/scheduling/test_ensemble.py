@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from nereid.backends.base import SEQUENCE_START, BackendRequest
-from nereid.errors import InternalError, InvalidArgument
-from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep
+from nereid.errors import InvalidArgument
+from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep, needed_steps
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor
 
@@ -135,15 +135,38 @@ async def test_request_controls_and_custom_parameters_reach_every_step() -> None
 
 
 @_sync
-async def test_an_output_no_step_produced_is_an_internal_error() -> None:
+async def test_outputs_no_step_produced_are_left_out_and_steps_that_need_them_skipped() -> None:
+    # As in Triton: a composing model may leave an output out; the ensemble answers without it, steps
+    # that require it do not run, and steps for which it is optional run without it.
     fake = FakeMembers()
-    steps = [EnsembleStep("left", "", {"IN": "IN"}, {"MISSING": "OUT"})]
+    steps = [
+        EnsembleStep("left", "", {"IN": "IN"}, {"MISSING": "gap", "PRESENT": "OUT"}),
+        EnsembleStep("needs", "", {"X": "gap"}, {"Y": "LOST"}),
+        EnsembleStep("copes", "", {"X": "gap", "Z": "OUT"}, {"Y": "KEPT"}, optional_inputs=frozenset({"X"})),
+    ]
 
-    class LeavesItOut:
+    class LeavesOneOut:
         async def infer(self, request: InferRequest) -> InferResponse:
-            return InferResponse(request.model_name, "1", [])
+            if request.model_name == "left":
+                data = request.inputs[0].data
+                return InferResponse("left", "1", [InferTensor("PRESENT", "FP32", data.shape, data)])
+            return await fake.infer(request)
 
-    scheduler = EnsembleScheduler("e", tuple(steps), EnsembleMembers(lambda n, v: None, LeavesItOut()))  # type: ignore[arg-type,return-value]
-    with pytest.raises(InternalError, match="no step produced output"):
-        await scheduler.execute(_request())
-    assert fake.requests == []
+    scheduler = EnsembleScheduler("e", tuple(steps), EnsembleMembers(lambda n, v: None, LeavesOneOut()))  # type: ignore[arg-type,return-value]
+    request = _request()
+    request.outputs = ("OUT", "LOST", "KEPT")
+    outputs = await scheduler.execute(request)
+    assert sorted(outputs) == ["KEPT", "OUT"]
+    assert [(r.model_name, [t.name for t in r.inputs]) for r in fake.requests] == [("copes", ["Z"])]
+
+
+@_sync
+async def test_only_the_steps_that_make_the_requested_outputs_run() -> None:
+    fake = FakeMembers()
+    steps = [*DIAMOND, EnsembleStep("side", "", {"IN": "b"}, {"OUT": "SIDE"})]
+    request = _request()
+    request.outputs = ("SIDE",)
+    outputs = await _scheduler(fake, steps).execute(request)
+    assert list(outputs) == ["SIDE"]
+    assert sorted(r.model_name for r in fake.requests) == ["right", "side"]  # neither join nor left
+    assert [s.model_name for s in needed_steps(tuple(steps), ["OUT"])] == ["join", "left", "right"]

@@ -31,6 +31,7 @@ Settings, from `--backend-config=python,<key>=<value>` (server-wide) and from th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -96,6 +97,24 @@ class PythonBackend:
         launch = _launch(spec.config, spec.model_dir, spec.backend_config)
         spare = self._spares.take((str(spec.model_file), launch.python))
         return PythonInstance(spec, launch, _dumps(config_to_json(spec.config)), spare)
+
+
+class PythonBasedBackend(PythonBackend):
+    """A Python-based backend (`<backend-directory>/<name>/model.py`): that one model.py serves every model
+    whose config says `backend: "<name>"`, from version folders that need no file of their own."""
+
+    default_model_filename = ""
+
+    def __init__(self, name: str, script: Path) -> None:
+        super().__init__()
+        self.name = name
+        self.script = script
+
+    def auto_complete(self, config: mc.ModelConfig, model_file: Path, default_max_batch_size: int) -> None:
+        super().auto_complete(config, self.script, default_max_batch_size)
+
+    def create_instance(self, spec: InstanceSpec) -> PythonInstance | ThreadInstance:
+        return super().create_instance(dataclasses.replace(spec, model_file=self.script))
 
 
 class _SpareWorkers:

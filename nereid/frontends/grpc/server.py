@@ -21,6 +21,7 @@ from nereid.errors import Unavailable
 from nereid.frontends.grpc.health import health_handler
 from nereid.frontends.grpc.restricted import RestrictedProtocolInterceptor
 from nereid.frontends.grpc.servicer import InferenceServicer
+from nereid.frontends.header_forward import header_forwarding
 from nereid.settings import GrpcOptions, ServerSettings
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,9 @@ async def start_grpc_server(engine: EngineClient, settings: ServerSettings) -> t
         server = pygrpc_native.aio.server(options=server_options(options), interceptors=interceptors)
     else:
         server = grpc.aio.server(options=server_options(options), interceptors=interceptors)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(engine), server)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        InferenceServicer(engine, header_forwarding(settings.grpc_header_forward_pattern)), server
+    )
     server.add_generic_rpc_handlers((health_handler(engine),))
     address = f"{settings.grpc_address}:{settings.grpc_port}"
     try:

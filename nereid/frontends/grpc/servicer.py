@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -18,6 +18,7 @@ from nereid.errors import DecoupledModel, NereidError, Unsupported, unexpected
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
+from nereid.frontends.header_forward import HeaderForwarding
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,9 @@ def _later(rpc: str, feature: str) -> Callable[[Any, Any, Context], Awaitable[An
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, engine: EngineClient) -> None:
+    def __init__(self, engine: EngineClient, forwarding: HeaderForwarding | None = None) -> None:
         self._engine = engine
+        self._forwarding = forwarding  # --grpc-header-forward-pattern
 
     # health and metadata
     @_rpc
@@ -126,10 +128,15 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return json_format.ParseDict(statistics, pb.ModelStatisticsResponse())
 
     # inference
-    async def infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def infer(
+        self, request: pb.ModelInferRequest, metadata: Sequence[tuple[str, Any]] = ()
+    ) -> pb.ModelInferResponse:
         """One request through the engine; an unexpected exception becomes INTERNAL, logged once."""
         try:
-            return encode_infer_response(await self._engine.infer(decode_infer_request(request)))
+            infer_request = decode_infer_request(request)
+            if self._forwarding is not None:
+                self._forwarding.add_parameters(metadata, infer_request.parameters)
+            return encode_infer_response(await self._engine.infer(infer_request))
         except DecoupledModel:
             raise DecoupledModel("ModelInfer RPC") from None
         except NereidError:
@@ -145,11 +152,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             return False  # the request fails, in its turn
 
     async def _stream_call(
-        self, message: pb.ModelInferRequest
+        self, message: pb.ModelInferRequest, metadata: Sequence[tuple[str, Any]] = ()
     ) -> AsyncIterator[pb.ModelStreamInferResponse | Any]:
         """One request of a stream; an unexpected exception becomes INTERNAL, logged once."""
+        forwarding = self._forwarding
+        forward = None if forwarding is None else lambda r: forwarding.add_parameters(metadata, r.parameters)
         try:
-            async for item in request_stream(self._engine, message):
+            async for item in request_stream(self._engine, message, forward):
                 yield item
         except NereidError:
             raise
@@ -161,6 +170,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         # Not wrapped in _rpc: this is the hot path, and `infer` already turns every error into a NereidError.
         # A client that cancels the RPC cancels this coroutine, and with it the engine's request.
         try:
+            if self._forwarding is not None:
+                return await self.infer(request, context.invocation_metadata() or ())
             return await self.infer(request)
         except NereidError as exc:
             await context.abort(GRPC_STATUS[exc.status], exc.message)
@@ -172,8 +183,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             key == STRICT_STREAM_KEY and str(value).lower() == "true"
             for key, value in context.invocation_metadata() or ()
         )
+        call = self._stream_call
+        if self._forwarding is not None:
+            metadata = tuple(context.invocation_metadata() or ())
+            call = functools.partial(self._stream_call, metadata=metadata)
         try:
-            responses = stream_responses(self._stream_call, request_iterator, strict, self._decoupled)
+            responses = stream_responses(call, request_iterator, strict, self._decoupled)
             async for response in responses:
                 yield response
         except NereidError as exc:

@@ -12,6 +12,7 @@ from tritonclient.grpc import service_pb2 as pb
 from nereid.engine_client import EngineClient
 from nereid.errors import NereidError
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response
+from nereid.types import InferRequest
 
 EMPTY_FINAL_KEY = "triton_enable_empty_final_response"
 
@@ -41,12 +42,14 @@ def error_response(message: str, request_id: str, final: bool = True) -> pb.Mode
 
 
 async def request_stream(
-    engine: EngineClient, message: pb.ModelInferRequest
+    engine: EngineClient, message: pb.ModelInferRequest, forward: Callable[[InferRequest], None] | None = None
 ) -> AsyncIterator[pb.ModelStreamInferResponse | _Failure]:
     """The stream responses to one request: one for most models, any number for decoupled ones. A
     decoupled model's flags-only final response is sent only when the request asks for it
     (`triton_enable_empty_final_response`), as Triton does."""
     request = decode_infer_request(message)
+    if forward is not None:  # request headers that become parameters
+        forward(request)
     async for event in engine.infer_stream(request):
         if event.error is not None:
             yield _Failure(event.error, message.id, event.final)

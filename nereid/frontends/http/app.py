@@ -22,6 +22,7 @@ from nereid.errors import (
     unexpected,
 )
 from nereid.frontends import console
+from nereid.frontends.header_forward import header_forwarding
 from nereid.frontends.http.codec import (
     decode_infer_request,
     decode_raw_binary_request,
@@ -102,6 +103,7 @@ class HttpFrontend:
         self._restricted = {group: rule for rule in settings.http_restricted_api for group in rule.groups}
         self._console = console.Console(engine, settings) if settings.allow_console else None
         self._large_bodies = LargeBodyDecoder()
+        self._forwarding = header_forwarding(settings.http_header_forward_pattern)
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose: one line per request, at no cost otherwise
             self.handle = self._handle_and_log  # type: ignore[method-assign]
 
@@ -264,6 +266,8 @@ class HttpFrontend:
             infer_request = await self._large_bodies.decode(body, header_length, name, version)
         else:
             infer_request = decode_infer_request(body, header_length, name, version)
+        if self._forwarding is not None:
+            self._forwarding.add_parameters(headers.items(), infer_request.parameters)
         try:
             response = await self._engine.infer(infer_request)
         except DecoupledModel:

@@ -22,6 +22,7 @@ from typing import Any
 from . import pb_utils, wire
 from .channel import Channel
 from .errors import status_name
+from .numpy_compat import restore_numpy1_aliases
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SMOOTHING = 0.2
@@ -56,6 +57,7 @@ def import_model(model_file: str, name: str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load '{model_file}' as a Python module")
     module = importlib.util.module_from_spec(spec)
+    restore_numpy1_aliases()  # model code written for NumPy 1 (np.NINF, np.NaN, ...) runs unchanged
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)

@@ -1,0 +1,328 @@
+"""Triton's test backends built in: identity, sequence, dyna_sequence, repeat and square; and Python-based
+backends found in --backend-directory."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nereid.backends import BackendRequest, InstanceSpec, get_backend
+from nereid.backends.base import SEQUENCE_END, SEQUENCE_START
+from nereid.backends.responses import ResponseStream
+from nereid.errors import NereidError, Unsupported
+from tests.backends.serving import failure, infer, model_dir, outputs_of, serving
+
+IDENTITY = """backend: "identity"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "INPUT1" data_type: TYPE_INT32 dims: [ 2, 3 ] optional: true },
+  { name: "INPUT2" data_type: TYPE_STRING dims: [ 1 ] optional: true }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 2, 3 ] },
+  { name: "OUTPUT2" data_type: TYPE_STRING dims: [ 1 ] }
+]
+"""
+
+
+def test_identity_copies_inputs_and_fills_left_out_optional_ones_with_zeros(tmp_path: Path) -> None:
+    model_dir(tmp_path, "identity", IDENTITY)
+    with serving(tmp_path) as engine:
+        data = np.arange(6, dtype=np.float32).reshape(2, 3)
+        outputs = infer(engine, "identity", {"INPUT0": data})
+    np.testing.assert_array_equal(outputs["OUTPUT0"], data)
+    np.testing.assert_array_equal(outputs["OUTPUT1"], np.zeros((2, 2, 3), np.int32))  # batched like INPUT0
+    assert outputs["OUTPUT2"].shape == (2, 1)
+
+
+def _spec(config_text: str, tmp_path: Path, instance_name: str = "m_0") -> InstanceSpec:
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    config = text_format.Parse(config_text, mc.ModelConfig(name="m"))
+    return InstanceSpec("m", 1, config, tmp_path, tmp_path, tmp_path, instance_name, "CPU", 0)
+
+
+def test_identity_fails_a_request_without_a_required_input(tmp_path: Path) -> None:
+    instance = get_backend("identity").create_instance(
+        _spec(IDENTITY.replace("optional: true", ""), tmp_path)
+    )
+    (result,) = instance.execute([BackendRequest({"INPUT0": np.ones((1, 2), np.float32)}, ("OUTPUT1",))])
+    assert isinstance(result, Unsupported) and result.message == "failed to get input 'INPUT1'"
+
+
+@pytest.mark.parametrize(
+    ("change", "text"),
+    [
+        (('name: "OUTPUT2"', 'name: "RESULT2"'), "expected output name to follow OUTPUT<index> pattern"),
+        (("TYPE_INT32 dims: [ 2, 3 ] }", "TYPE_FP32 dims: [ 2, 3 ] }"), "expected input and output datatype"),
+        (("dims: [ 2, 3 ] }", "dims: [ 3, 2 ] }"), "expected input and output shape to match"),
+    ],
+)
+def test_identity_refuses_configs_its_pairing_rules_reject(
+    tmp_path: Path, change: tuple[str, str], text: str
+) -> None:
+    model_dir(tmp_path, "identity", IDENTITY.replace(*change))
+    with serving(tmp_path) as engine:
+        assert text in failure(engine, "identity")
+
+
+def test_identity_delay_grows_with_the_instance_index(tmp_path: Path) -> None:
+    delayed = IDENTITY + (
+        'parameters { key: "execute_delay_ms" value: { string_value: "40" } }\n'
+        'parameters { key: "instance_wise_delay_multiplier" value: { string_value: "3" } }\n'
+    )
+    request = BackendRequest({"INPUT0": np.ones((1, 1), np.float32)}, ("OUTPUT0",))
+    elapsed = {}
+    for name in ("m_0", "m_1"):
+        instance = get_backend("identity").create_instance(_spec(delayed, tmp_path, name))
+        start = time.monotonic()
+        instance.execute([request])
+        elapsed[name] = time.monotonic() - start
+    assert elapsed["m_0"] >= 0.04  # at least execute_delay_ms, even where the multiplier gives 0
+    assert elapsed["m_1"] >= 0.12  # 40 ms x 3 x instance 1
+
+
+SEQUENCE = """backend: "sequence"
+max_batch_size: 4
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def _step(correlation_id: int | str, value: int, flags: int = 0, **extra: np.ndarray) -> BackendRequest:
+    inputs = {
+        "INPUT": np.array([[value]], np.int32),
+        "START": np.array([[1 if flags & SEQUENCE_START else 0]], np.int32),
+        "END": np.array([[1 if flags & SEQUENCE_END else 0]], np.int32),
+        "READY": np.array([[1]], np.int32),
+        **extra,
+    }
+    return BackendRequest(inputs, ("OUTPUT",), correlation_id=correlation_id, flags=flags)
+
+
+def _values(results: list) -> list[int]:
+    return [int(outputs_of(r)["OUTPUT"].item()) for r in results]
+
+
+def test_sequence_accumulates_per_sequence(tmp_path: Path) -> None:
+    instance = get_backend("sequence").create_instance(_spec(SEQUENCE, tmp_path))
+    assert _values(instance.execute([_step(1, 5, SEQUENCE_START), _step(2, 100, SEQUENCE_START)])) == [5, 100]
+    assert _values(instance.execute([_step(2, 1), _step(1, 2)])) == [101, 7]
+    assert _values(instance.execute([_step(1, 3, SEQUENCE_END)])) == [10]
+    assert _values(instance.execute([_step(1, 4, SEQUENCE_START)])) == [4]  # a new sequence starts over
+    (error,) = instance.execute([BackendRequest({"INPUT": np.ones((2, 1), np.int32)}, ("OUTPUT",))])
+    assert isinstance(error, NereidError) and "more than one timestep" in error.message
+
+
+def test_sequence_refuses_a_config_without_its_controls(tmp_path: Path) -> None:
+    model_dir(tmp_path, "seq", SEQUENCE.replace('name: "READY"', 'name: "ACTIVE"'))
+    with serving(tmp_path) as engine:
+        assert "must be configured as the control inputs" in failure(engine, "seq")
+
+
+def test_dyna_sequence_adds_the_correlation_id_at_the_end(tmp_path: Path) -> None:
+    config = SEQUENCE.replace('backend: "sequence"', 'backend: "dyna_sequence"').replace(
+        "  ]\n}",
+        '    ,{ name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] }\n'
+        '    ,{ name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] }\n'
+        "  ]\n}",
+    )
+    instance = get_backend("dyna_sequence").create_instance(_spec(config, tmp_path))
+
+    def corrid(text: str) -> np.ndarray:
+        return np.array([[text.encode()]], dtype=object)
+
+    assert _values(instance.execute([_step("17", 1, SEQUENCE_START, CORRID=corrid("17"))])) == [1]
+    assert _values(instance.execute([_step("17", 2, SEQUENCE_END, CORRID=corrid("17"))])) == [20]
+    (error,) = instance.execute([_step("x", 1, SEQUENCE_START, CORRID=corrid("x"))])
+    assert isinstance(error, NereidError) and "correlation id 'x'" in error.message
+
+
+REPEAT = """backend: "repeat"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [
+  { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
+  { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+  { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+output [
+  { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+"""
+SQUARE = """backend: "square"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def _stream_of(instance: object, inputs: dict[str, np.ndarray]) -> tuple[list, list]:
+    """execute() in a thread, as the scheduler runs it; what it returned and what reached the stream."""
+
+    async def run() -> tuple[list, list]:
+        stream = ResponseStream()
+        request = BackendRequest(inputs, (), stream=stream)
+        returned = await asyncio.to_thread(instance.execute, [request])  # type: ignore[attr-defined]
+        items = []
+        while True:
+            result, final = await asyncio.wait_for(stream.get(), 10)
+            items.append((result, final))
+            if final:
+                return returned, items
+
+    return asyncio.run(run())
+
+
+def test_repeat_sends_one_response_per_element_then_a_final_flag(tmp_path: Path) -> None:
+    instance = get_backend("repeat").create_instance(_spec(REPEAT, tmp_path))
+    inputs = {
+        "IN": np.array([4, 5, 6], np.int32),
+        "DELAY": np.array([0, 20, 0], np.uint32),
+        "WAIT": np.array([0], np.uint32),
+    }
+    returned, items = _stream_of(instance, inputs)
+    instance.close()
+    assert returned == [{}]
+    assert [(int(r["OUT"][0]), int(r["IDX"][0])) for r, _ in items[:-1]] == [(4, 0), (5, 1), (6, 2)]
+    assert items[-1] == (None, True)
+
+
+def test_square_fails_and_leaves_out_the_last_responses_as_configured(tmp_path: Path) -> None:
+    config = SQUARE + (
+        'parameters { key: "CUSTOM_FAIL_COUNT" value: { string_value: "1" } }\n'
+        'parameters { key: "CUSTOM_EMPTY_COUNT" value: { string_value: "1" } }\n'
+    )
+    instance = get_backend("square").create_instance(_spec(config, tmp_path))
+    _, items = _stream_of(instance, {"IN": np.array([4], np.int32)})
+    instance.close()
+    assert [int(r["OUT"][0]) for r, _ in items[:2]] == [4, 4]
+    assert isinstance(items[2][0], NereidError) and items[2][0].message == "simulated failure"
+    assert items[3:] == [(None, True)]
+
+
+def test_square_through_the_engine_streams_its_responses(tmp_path: Path) -> None:
+    model_dir(tmp_path, "square_int32", SQUARE)
+    with serving(tmp_path) as engine:
+        from nereid.types import InferRequest, InferTensor
+
+        async def collect() -> list:
+            request = InferRequest(
+                "square_int32", "", [InferTensor("IN", "INT32", (1,), np.array([3], np.int32))]
+            )
+            return [event async for event in engine.infer_stream(request)]
+
+        events = asyncio.run(collect())
+    responses = [e.response for e in events if e.response is not None]
+    assert [r.outputs[0].data.tolist() for r in responses] == [[3], [3], [3]]
+    assert events[-1].final
+
+
+BACKEND_SCRIPT = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.name = json.loads(args["model_config"])["name"]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            label = np.array([self.name.encode()], dtype=object)
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", data * 2), pb_utils.Tensor("NAME", label)
+            ]))
+        return responses
+"""
+
+DOUBLER = """backend: "doubler"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2 ] }, { name: "NAME" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+
+def test_a_python_based_backend_serves_every_model_that_names_it(tmp_path: Path) -> None:
+    backends, repository = tmp_path / "backends", tmp_path / "models"
+    (backends / "doubler").mkdir(parents=True)
+    (backends / "doubler" / "model.py").write_text(BACKEND_SCRIPT)
+    model_dir(repository, "first", DOUBLER)
+    model_dir(repository, "second", DOUBLER)
+    model_dir(repository, "unknown", DOUBLER.replace("doubler", "tripler"))
+    with serving(repository, backend_directory=backends) as engine:
+        for name in ("first", "second"):
+            outputs = infer(engine, name, {"IN": np.array([1, 2], np.int32)})
+            assert outputs["OUT"].tolist() == [2, 4]
+            assert outputs["NAME"].tolist() == [name.encode()]
+        reason = failure(engine, "unknown")
+    assert "backend 'tripler' is not supported" in reason and "tripler/model.py does not exist" in reason
+
+
+NOP = """backend: "identity"
+max_batch_size: 16
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+UNBATCHED_ENSEMBLE = """platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [ { model_name: "nop" model_version: -1
+  input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
+"""
+
+
+def test_an_unbatched_ensemble_may_call_a_batching_identity_with_the_same_dims(tmp_path: Path) -> None:
+    # As in Triton: the tensor's dims agree ([-1] and [-1]) though the full shapes do not ([-1] and [-1,-1]).
+    model_dir(tmp_path, "nop", NOP)
+    model_dir(tmp_path, "pipe", UNBATCHED_ENSEMBLE)
+    model_dir(
+        tmp_path,
+        "bad",
+        UNBATCHED_ENSEMBLE.replace("dims: [ -1 ] } ]\noutput", "dims: [ 2, 3, 4 ] } ]\noutput"),
+    )
+    with serving(tmp_path) as engine:
+        assert infer(engine, "pipe", {"IN": np.array([1.5, 2.5], np.float32)})["OUT"].tolist() == [1.5, 2.5]
+        assert "inconsistent shape: [2,3,4] is inferred from model bad while [-1,-1]" in failure(
+            engine, "bad"
+        )
+
+
+def test_a_batching_ensemble_may_contain_a_non_batching_model_and_inherits_its_labels(tmp_path: Path) -> None:
+    nop = NOP.replace("max_batch_size: 16", "max_batch_size: 0").replace(
+        'name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ]',
+        'name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] label_filename: "labels.txt"',
+    )
+    model_dir(tmp_path, "nop", nop)
+    (tmp_path / "nop" / "labels.txt").write_text("cat\ndog\n")
+    model_dir(tmp_path, "pipe", UNBATCHED_ENSEMBLE.replace("max_batch_size: 0", "max_batch_size: 8"))
+    with serving(tmp_path) as engine:
+        assert engine.models.get("pipe").outputs["OUT"].labels == ("cat", "dog")
+        # a batch of one reaches the non-batching model without its batch dimension, and comes back with it
+        assert infer(engine, "pipe", {"IN": np.array([[1.0, 2.0]], np.float32)})["OUT"].tolist() == [
+            [1.0, 2.0]
+        ]
+
+
+def test_a_model_file_named_in_the_config_is_not_needed_by_a_builtin_backend(tmp_path: Path) -> None:
+    model_dir(tmp_path, "seq", SEQUENCE + 'default_model_filename: "libtriton_sequence.so"\n')
+    with serving(tmp_path) as engine:
+        assert [r["state"] for r in engine.models.index() if r["name"] == "seq"] == ["READY"]
