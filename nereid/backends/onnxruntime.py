@@ -13,10 +13,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends import framework
 from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
-from nereid.backends.batching import execute_batched
 from nereid.backends.framework import ModelTensor
-from nereid.errors import InternalError, InvalidArgument, ModelConfigError, NereidError, Unavailable
-from nereid.model_config.sequence import state_outputs, supplied_inputs
+from nereid.errors import InternalError, InvalidArgument, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -55,22 +53,21 @@ class OnnxRuntimeBackend:
 
     def auto_complete(self, config: mc.ModelConfig, model_file: Path, default_max_batch_size: int) -> None:
         session = _metadata_session(model_file)
-        # The sequence batcher supplies control and state inputs; state outputs stay out unless listed.
         framework.complete_io(
             config,
             _model_tensors(session.get_inputs()),
             _model_tensors(session.get_outputs()),
             default_max_batch_size,
-            omit_inputs=supplied_inputs(config),
-            omit_outputs=state_outputs(config),
         )
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
         session = _metadata_session(model_file)
-        supplied = supplied_inputs(config)
-        model_inputs = [t for t in session.get_inputs() if t.name not in supplied]
-        _check_against_model("input", config.input, model_inputs, config, require_all=True)
-        _check_against_model("output", config.output, session.get_outputs(), config, require_all=False)
+        framework.check_io(
+            config, "input", config.input, _model_tensors(session.get_inputs()), require_all=True
+        )
+        framework.check_io(
+            config, "output", config.output, _model_tensors(session.get_outputs()), require_all=False
+        )
 
     def create_instance(self, spec: InstanceSpec) -> OnnxRuntimeInstance:
         return OnnxRuntimeInstance(spec, self.gpu_available())
@@ -83,17 +80,10 @@ class OnnxRuntimeInstance:
         # ORT's intra-op threads spin between runs by default, burning the CPU that other instances and
         # the HTTP loop need; servers run many short inferences, so they wait instead.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        parameters = {k: v.string_value for k, v in spec.config.parameters.items()}
         for key, option in _THREAD_PARAMETERS.items():
-            if key in parameters:
-                try:
-                    value = int(parameters[key])
-                except ValueError:
-                    raise ModelConfigError(
-                        f"model '{spec.model_name}': parameter '{key}' must be an integer, "
-                        f"got '{parameters[key]}'"
-                    ) from None
-                setattr(options, option, value)
+            count = framework.int_parameter(spec.config, key, 0)  # 0: ONNX Runtime's own default
+            if count:
+                setattr(options, option, count)
         level = spec.config.optimization.graph.level
         if level == -1:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
@@ -101,10 +91,7 @@ class OnnxRuntimeInstance:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
         if spec.kind == "GPU":
             if not gpu_available:
-                raise Unavailable(
-                    f"instance '{spec.instance_name}' of model '{spec.model_name}' asks for KIND_GPU, "
-                    "but ONNX Runtime has no CUDA execution provider here (install onnxruntime-gpu on a GPU host)"
-                )
+                raise framework.no_gpu(spec, "ONNX Runtime", "install onnxruntime-gpu on a GPU host")
             providers: list = [
                 ("CUDAExecutionProvider", {"device_id": spec.device_id}),
                 "CPUExecutionProvider",
@@ -125,12 +112,7 @@ class OnnxRuntimeInstance:
         self._model_name = spec.model_name
 
     def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
-        if len(requests) == 1:  # the common case, without the batching helper's bookkeeping
-            try:
-                return [self._run_request(requests[0])]
-            except NereidError as exc:
-                return [exc]
-        return execute_batched(requests, self._run_request)
+        return framework.execute(requests, self._run_request)
 
     def _run_request(self, request: BackendRequest) -> Outputs:
         inputs, outputs = request.inputs, request.outputs
@@ -161,7 +143,7 @@ def create_backend() -> OnnxRuntimeBackend:
 
 def _metadata_session(model_file: Path) -> ort.InferenceSession:
     if not model_file.exists():
-        raise Unavailable(f"model file not found: '{model_file}'")
+        raise framework.model_file_missing(model_file)
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -171,58 +153,17 @@ def _metadata_session(model_file: Path) -> ort.InferenceSession:
         raise Unavailable(f"failed to load '{model_file}': {exc}") from None
 
 
-def _is_variable(dim: object) -> bool:
-    return not isinstance(dim, int) or dim < 0
-
-
-def _model_dims(shape: list, skip: int) -> list[int]:
-    return [d if isinstance(d, int) and d >= 0 else -1 for d in shape[skip:]]
-
-
-def _model_tensors(tensors) -> list[ModelTensor]:  # type: ignore[no-untyped-def]
+def _model_tensors(tensors: Sequence[ort.NodeArg]) -> list[ModelTensor]:
+    """ONNX Runtime names variable dimensions (strings) or leaves them out (None): both become -1."""
     return [
-        ModelTensor(t.name, _ONNX_TYPES.get(t.type, mc.TYPE_INVALID), tuple(_model_dims(t.shape, 0)))
+        ModelTensor(
+            t.name,
+            _ONNX_TYPES.get(t.type, mc.TYPE_INVALID),
+            tuple(d if isinstance(d, int) and d >= 0 else -1 for d in t.shape),
+            type_name=t.type,
+        )
         for t in tensors
     ]
-
-
-def _check_against_model(kind, tensors, model_tensors, config: mc.ModelConfig, require_all: bool) -> None:  # type: ignore[no-untyped-def]
-    by_name = {t.name: t for t in model_tensors}
-    for tensor in tensors:
-        model_tensor = framework.model_tensor_for(config, kind, tensor.name, by_name)
-        expected = _ONNX_TYPES.get(model_tensor.type)
-        if expected != tensor.data_type:
-            raise ModelConfigError(
-                f"model '{config.name}': {kind} '{tensor.name}' has data type "
-                f"{mc.DataType.Name(tensor.data_type)} in the configuration but {model_tensor.type} in the model"
-            )
-        _check_dims(kind, tensor, model_tensor.shape, config)
-    if require_all:
-        missing = [name for name in by_name if name not in {t.name for t in tensors}]
-        if missing:
-            raise ModelConfigError(
-                f"model '{config.name}': the configuration does not list model {kind}s {missing}"
-            )
-
-
-def _check_dims(kind: str, tensor, model_shape: list, config: mc.ModelConfig) -> None:  # type: ignore[no-untyped-def]
-    dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
-    shape = list(model_shape)
-    if config.max_batch_size > 0:
-        if not shape or not _is_variable(shape[0]):
-            raise ModelConfigError(
-                f"model '{config.name}': {kind} '{tensor.name}': max_batch_size is {config.max_batch_size} "
-                f"but the model's first dimension is {shape[0] if shape else 'missing'}, not a variable "
-                "batch dimension"
-            )
-        shape = shape[1:]
-    if len(dims) != len(shape) or any(
-        not _is_variable(m) and d != m for d, m in zip(dims, shape, strict=False)
-    ):
-        raise ModelConfigError(
-            f"model '{config.name}': {kind} '{tensor.name}' has dims {dims} in the configuration "
-            f"(after the batch dimension) but the model expects {[m if isinstance(m, int) else -1 for m in shape]}"
-        )
 
 
 def _to_ort_strings(name: str, array: np.ndarray) -> np.ndarray:
