@@ -2,8 +2,8 @@
 
 The rules follow Triton's dynamic batcher: requests join in queue order (priority level first, then
 arrival) while they fit in `max_batch_size` and have the same shape as the first one (a shape that
-leaves out the inputs allowing ragged batches). A batch goes at once when it reaches `max_batch_size` or a preferred size (the
-largest it can form); otherwise it waits for more requests until the oldest has waited
+leaves out the inputs allowing ragged batches). A batch goes at once when it reaches `max_batch_size`
+or a preferred size (the largest it can form); otherwise it waits for more requests until the oldest has waited
 `max_queue_delay` (0: no wait). Requests past their queue timeout are rejected or, with DELAY, go
 behind the others.
 """
