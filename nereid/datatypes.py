@@ -41,10 +41,6 @@ def config_to_wire(type_name: str) -> str:
     return "BYTES" if name == "STRING" else name
 
 
-def wire_to_config(datatype: str) -> str:
-    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
-
-
 def numpy_dtype(datatype: str) -> np.dtype:
     try:
         return _NUMPY[datatype]

@@ -26,8 +26,11 @@ class ModelTensor:
     when the format does not say (then the config must)."""
 
     name: str
-    data_type: int  # mc.DataType; TYPE_INVALID when the format does not say
+    data_type: int  # mc.DataType; TYPE_INVALID when the format does not say, or has no such type
     shape: tuple[int, ...] | None
+    # How the format names the data type, in messages; a format that names it has its type checked even
+    # when Triton has no equivalent (that model tensor cannot be served).
+    type_name: str = ""
 
 
 def execute(
@@ -164,11 +167,12 @@ def check_io(
     by_name = {t.name: t for t in model_tensors if t.name not in supplied}
     for tensor in tensors:
         model_tensor = model_tensor_for(config, kind, tensor.name, by_name)
-        if model_tensor.data_type != mc.TYPE_INVALID and model_tensor.data_type != tensor.data_type:
+        known = model_tensor.data_type != mc.TYPE_INVALID or model_tensor.type_name
+        if known and model_tensor.data_type != tensor.data_type:
             raise ModelConfigError(
                 f"model '{config.name}': {kind} '{tensor.name}' has data type "
                 f"{mc.DataType.Name(tensor.data_type)} in the configuration but "
-                f"{mc.DataType.Name(model_tensor.data_type)} in the model"
+                f"{model_tensor.type_name or mc.DataType.Name(model_tensor.data_type)} in the model"
             )
         if model_tensor.shape is not None:
             check_dims(config, kind, tensor, model_tensor.shape)

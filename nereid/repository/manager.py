@@ -32,8 +32,6 @@ from nereid.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 
-CONTROL_MODES = ("none", "explicit", "poll")
-
 
 class ModelState(enum.Enum):
     READY = "READY"

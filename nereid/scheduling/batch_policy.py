@@ -1,9 +1,9 @@
 """Which queued requests form the next batch: a pure function of the queue and the clock.
 
 The rules follow Triton's dynamic batcher: requests join in queue order (priority level first, then
-arrival) while they fit in `max_batch_size` and have the same shape as the first one (unless ragged
-batching is allowed). A batch goes at once when it reaches `max_batch_size` or a preferred size (the
-largest it can form); otherwise it waits for more requests until the oldest has waited
+arrival) while they fit in `max_batch_size` and have the same shape as the first one (a shape that
+leaves out the inputs allowing ragged batches). A batch goes at once when it reaches `max_batch_size`
+or a preferred size (the largest it can form); otherwise it waits for more requests until the oldest has waited
 `max_queue_delay` (0: no wait). Requests past their queue timeout are rejected or, with DELAY, go
 behind the others.
 """
@@ -31,7 +31,6 @@ class BatchPolicy:
     max_batch_size: int
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_s: float = 0.0
-    allow_ragged: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +74,7 @@ def decide(queue: Sequence[Pending], now: float, policy: BatchPolicy, instance_f
         request = queue[i]
         if size + request.batch_size > policy.max_batch_size and batch:
             break
-        if batch and not policy.allow_ragged and request.shape != first_shape:
+        if batch and request.shape != first_shape:
             break
         batch.append(i)
         size += request.batch_size

@@ -14,6 +14,7 @@ from tests.conftest import ROOT, TRITON_EXAMPLES, RunningServer, execution_mode_
 
 PYTHON_EXAMPLES = ROOT / "examples" / "python_model_repository"
 FAULTY = ROOT / "tests" / "backends" / "python" / "models" / "faulty"
+READY_FLAG = ROOT / "tests" / "backends" / "python" / "models" / "ready_flag"
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +25,7 @@ def python_server(
     repository = base / "model_repository"
     shutil.copytree(PYTHON_EXAMPLES, repository)
     shutil.copytree(FAULTY, repository / "faulty")
+    shutil.copytree(READY_FLAG, repository / "ready_flag")
     fixture = TRITON_EXAMPLES / "simple_identity" / "config.pbtxt"
     if fixture.exists():  # Triton's own configuration of simple_identity, with our model.py
         shutil.copy(fixture, repository / "simple_identity" / "config.pbtxt")
@@ -69,6 +71,20 @@ def test_simple_identity_strings(python_server: RunningServer) -> None:
         tensor.set_data_from_numpy(sent, binary_data=binary)
         result = client.infer("simple_identity", [tensor])
         assert result.as_numpy("OUTPUT0").tolist() == sent.tolist()
+
+
+def test_model_readiness_asks_the_models_is_ready(python_server: RunningServer) -> None:
+    """The model's own is_ready() answers GET /v2/models/<name>/ready (it is bounded by a timeout, which
+    needs the request to run in a Task on Python 3.12 and later)."""
+    client = httpclient.InferenceServerClient(python_server.url)
+    marker = python_server.log_path.parent / "model_repository" / "ready_flag" / "not_ready"
+    assert client.is_model_ready("ready_flag")
+    marker.touch()
+    try:
+        assert not client.is_model_ready("ready_flag")
+    finally:
+        marker.unlink()
+    assert client.is_model_ready("ready_flag")
 
 
 def test_metadata_config_and_readiness(python_server: RunningServer) -> None:

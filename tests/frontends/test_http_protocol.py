@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -336,3 +338,35 @@ def test_stop_answers_a_request_still_running_at_the_deadline_with_503() -> None
         writer.close()
 
     asyncio.run(scenario())
+
+
+_REQUEST_VALUE: contextvars.ContextVar[str] = contextvars.ContextVar("request_value", default="unset")
+
+
+def test_each_request_runs_in_a_task_and_a_context_of_its_own() -> None:
+    """Handlers may rely on asyncio.wait_for from their first line (it needs a current Task on Python 3.12
+    and later, where handlers are Tasks from the start), and on a contextvars context that no other
+    request sees."""
+    seen: list[tuple[bool, str, bool]] = []
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        task = asyncio.current_task()
+        before = _REQUEST_VALUE.get()
+        _REQUEST_VALUE.set(request.path)
+        # a wait that needs a Task on 3.12+, and that neither waits long nor fails
+        answered = await asyncio.wait_for(asyncio.sleep(0, result=True), 5)
+        in_its_task = task is asyncio.current_task() if sys.version_info >= (3, 12) else True
+        seen.append((in_its_task, before, answered))
+        return HttpResponse(200, request.path.encode())
+
+    async def scenario() -> None:
+        async with _server(handler) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"GET /first HTTP/1.1\r\nhost: x\r\n\r\nGET /second HTTP/1.1\r\nhost: x\r\n\r\n")
+            for path in (b"/first", b"/second"):
+                status, _, body = await _read_response(reader)
+                assert (status, body) == (200, path)
+            writer.close()
+
+    asyncio.run(scenario())
+    assert seen == [(True, "unset", True), (True, "unset", True)]

@@ -36,10 +36,9 @@ def test_largest_preferred_size_goes_at_once() -> None:
     assert decide(_queue(1), now=0.0, policy=policy).run == ()  # no preferred size yet: wait
 
 
-def test_shapes_batch_only_with_equals_unless_ragged() -> None:
+def test_shapes_batch_only_with_equals() -> None:
     queue = [Pending(1, (16,), 0.0), Pending(1, (16,), 0.1), Pending(1, (32,), 0.2), Pending(1, (16,), 0.3)]
     assert decide(queue, now=1.0, policy=BatchPolicy(max_batch_size=8)).run == (0, 1)
-    assert decide(queue, now=1.0, policy=BatchPolicy(max_batch_size=8, allow_ragged=True)).run == (0, 1, 2, 3)
 
 
 def test_priorities_before_arrival() -> None:

@@ -7,8 +7,10 @@ import logging
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import threading
 from pathlib import Path
@@ -77,12 +79,14 @@ def test_stopping_the_server_finalizes_and_ends_every_worker(
 
 
 def _environment(root: Path) -> Path:
-    """A small environment with its own interpreter that sees this one's packages (numpy)."""
+    """A small environment with its own interpreter that sees this one's packages (numpy). Created from
+    a virtual environment, a venv's system site-packages are the base interpreter's, not this one's: a
+    .pth file points at ours."""
     env = root / "env"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", "--copies", str(env)],
-        check=True,
-    )
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--copies", str(env)], check=True)
+    site_packages = Path(sysconfig.get_path("purelib", vars={"base": str(env), "platbase": str(env)}))
+    ours = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), *site.getsitepackages()}
+    (site_packages / "server_packages.pth").write_text("".join(f"{path}\n" for path in sorted(ours)))
     return env
 
 
