@@ -70,6 +70,10 @@ HELP = {
     "--log-verbose": "1 or more: debug logs, one line per HTTP request",
     "--rate-limit": "execution_count: run instances only while their rate-limiter resources are free",
     "--rate-limit-resource": "a resource's count, per device or global (repeatable)",
+    "--http-header-forward-pattern": "request headers whose names match this regular expression become "
+    "request parameters (case-insensitive unless it starts with (?-i))",
+    "--grpc-header-forward-pattern": "gRPC metadata whose keys match this regular expression become request "
+    "parameters",
     "--grpc-core": "native: pygrpc-native (the grpc extra); aio: grpc.aio; auto: native unless TLS, response "
     "compression or connection ageing is asked for, or the extra is missing",
     "--cache-config": "the response cache: local,size=BYTES or redis,host=...,port=...,password=... "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -24,7 +25,10 @@ def free_port() -> int:
 def redis_server(tmp_path: Path) -> Iterator[int]:
     binary = shutil.which("redis-server")
     if binary is None:
-        pytest.fail("redis-server is not installed (apt-get install redis-server)")
+        # CI installs it (.ci/run), and there a missing server fails; elsewhere these tests skip.
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not installed (apt-get install redis-server)")
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
     port = free_port()
     process = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)]

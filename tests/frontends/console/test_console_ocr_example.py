@@ -1,5 +1,5 @@
-"""The bundled OCR pipeline (examples/ocr) in the console: an image drawn with the example's font is
-uploaded, and what the pipeline read is drawn over it."""
+"""The bundled OCR pipeline (examples/ocr, pretrained PP-OCR models) in the console: a page drawn with a
+real font is uploaded, and what the pipeline read is drawn over it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,30 @@ import pytest
 from tests.conftest import RunningServer, start_nereid, stop
 
 OCR = Path(__file__).resolve().parents[3] / "examples" / "ocr"
+# As tests/test_ocr_example.py: without the `ocr` extra or the fonts these skip; CI installs both.
+for _name in ("cv2", "pyclipper", "shapely", "rapidocr_onnxruntime", "PIL"):
+    pytest.importorskip(_name, reason="the OCR example needs: pip install -e '.[ocr]'")
+
+
+def _module(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"console_ocr_{name}", OCR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_render = _module("render")
+if not all(path.is_file() for path in _render.FONTS.values()):
+    pytest.skip(
+        "the OCR tests draw with: apt-get install fonts-dejavu-core fonts-wqy-microhei",
+        allow_module_level=True,
+    )
 
 
 @pytest.fixture(scope="module")
 def ocr_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    _module("prepare").prepare(OCR / "model_repository")
     base = tmp_path_factory.mktemp("console_ocr")
     shutil.copytree(OCR / "model_repository", base / "repository")
     server = start_nereid(base / "repository", base / "nereid.log")
@@ -28,12 +48,8 @@ def ocr_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServ
         stop(server.process)
 
 
-def _image(text: str) -> bytes:
-    spec = importlib.util.spec_from_file_location("ocr_font", OCR / "font.py")
-    assert spec is not None and spec.loader is not None
-    font = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(font)
-    return font.to_pgm(font.render(text, 4))
+def _image(lines: list[str]) -> bytes:
+    return bytes(_render.render(lines, "sans", image_format="PNG"))
 
 
 def test_the_example_pipeline_answer_is_drawn_over_the_image(browser: Any, ocr_server: RunningServer) -> None:
@@ -43,7 +59,7 @@ def test_the_example_pipeline_answer_is_drawn_over_the_image(browser: Any, ocr_s
         page.set_default_timeout(30_000)
         page.goto(f"http://{ocr_server.url}/console#/try/ocr")
         page.locator('input[type="file"][data-input="IMAGE"]').set_input_files(
-            {"name": "hello.pgm", "mimeType": "image/x-portable-graymap", "buffer": _image("HELLO\n2026")}
+            {"name": "hello.png", "mimeType": "image/png", "buffer": _image(["HELLO", "2026"])}
         )
         page.get_by_role("button", name="Send").click()
         overlay = page.get_by_test_id("ocr-overlay")

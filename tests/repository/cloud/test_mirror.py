@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nereid.errors import Forbidden, InvalidArgument, NotFound, Unavailable
+from nereid.errors import Forbidden, InvalidArgument, NotFound, PollFailed, Unavailable
 from nereid.repository import ModelManager
 from nereid.repository.remote.stores import ObjectInfo
 from nereid.settings import ServerSettings
@@ -135,7 +135,7 @@ def test_poll_unloads_a_model_removed_from_the_bucket(bucket: Bucket, started: l
 
 def test_explicit_load_reads_the_bucket_as_it_is_now(bucket: Bucket, started: list[ModelManager]) -> None:
     manager = start(started, manager_for(bucket.url, bucket.environ, "explicit"))
-    with pytest.raises(InvalidArgument, match="no model folder named 'alpha'"):
+    with pytest.raises(PollFailed, match="no model folder named 'alpha'"):
         manager.load("alpha")
     upload(bucket, "alpha", 1)
     manager.load("alpha")  # no settling: the user asked for it now
