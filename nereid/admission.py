@@ -100,10 +100,7 @@ class Admission:
         executed = time.perf_counter_ns()
         model = self.model
         try:
-            # A model may leave out a requested output (Python models can): Triton omits it too.
-            outputs = [_output_tensor(model, o, results[o.name]) for o in self.wanted if o.name in results]
-            if self._regions:
-                self._write_regions(outputs)
+            outputs = self.outputs(results)
         except BaseException as exc:
             self.failed(exc)
             raise
@@ -147,7 +144,8 @@ class Admission:
         return outputs
 
     def outputs(self, results: Outputs) -> list[InferTensor]:
-        """The response tensors of one result, written into the client's shared memory where it asked."""
+        """The response tensors of one result, written into the client's shared memory where it asked. A
+        model may leave out a requested output (Python models can): Triton omits it too."""
         model = self.model
         outputs = [_output_tensor(model, o, results[o.name]) for o in self.wanted if o.name in results]
         if self._regions:
