@@ -1,5 +1,6 @@
-"""What the framework backends (PyTorch, TensorFlow, OpenVINO, FIL, TensorRT) share: the model's own view
-of its tensors, auto-complete and checks of the config against it, parameters, and refusing KIND_GPU."""
+"""What the framework backends (ONNX Runtime, PyTorch, TensorFlow, OpenVINO, FIL, TensorRT) share: the
+model's own view of its tensors, auto-complete and checks of the config against it, parameters, and refusing
+KIND_GPU."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from nereid.model_config.sequence import state_outputs, supplied_inputs
 
 N = TypeVar("N", int, float)
 T = TypeVar("T")
+# Checks a config tensor's dims against the model's shape: (config, kind, tensor, model shape).
+DimsCheck = Callable[[mc.ModelConfig, str, Any, Sequence[int]], None]
 
 
 @dataclass(frozen=True)
@@ -160,10 +163,13 @@ def check_io(
     tensors: Any,  # the config's repeated ModelInput or ModelOutput
     model_tensors: Sequence[ModelTensor],
     require_all: bool,
+    omit: Collection[str] = (),
+    dims_check: DimsCheck | None = None,
 ) -> None:
     """The config's tensors exist in the model with its data types and dims (where the model says). The
-    sequence batcher supplies its control and state inputs, so the config need not list them."""
-    supplied = supplied_inputs(config) if kind == "input" else set()
+    sequence batcher supplies its control and state inputs, so the config need not list them, nor the
+    model tensors named in `omit`. `dims_check` replaces `check_dims` for a backend with rules of its own."""
+    supplied = (supplied_inputs(config) if kind == "input" else set()) | set(omit)
     by_name = {t.name: t for t in model_tensors if t.name not in supplied}
     for tensor in tensors:
         model_tensor = model_tensor_for(config, kind, tensor.name, by_name)
@@ -175,7 +181,7 @@ def check_io(
                 f"{model_tensor.type_name or mc.DataType.Name(model_tensor.data_type)} in the model"
             )
         if model_tensor.shape is not None:
-            check_dims(config, kind, tensor, model_tensor.shape)
+            (dims_check or check_dims)(config, kind, tensor, model_tensor.shape)
     if require_all:
         listed = {t.name for t in tensors}
         missing = [name for name in by_name if name not in listed]
