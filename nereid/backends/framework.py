@@ -220,7 +220,3 @@ def check_dims(
             f"model '{config.name}': {kind} '{tensor.name}' has dims {dims} in the configuration "
             f"(after the batch dimension) but the model expects {shape}"
         )
-
-
-def select(outputs: Outputs, wanted: Sequence[str]) -> Outputs:
-    return {name: outputs[name] for name in wanted if name in outputs}
