@@ -73,20 +73,7 @@ class OnnxRuntimeBackend:
 
 class OnnxRuntimeInstance:
     def __init__(self, spec: InstanceSpec, gpu_available: bool) -> None:
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        # ORT's intra-op threads spin between runs by default, burning the CPU that other instances and
-        # the HTTP loop need; servers run many short inferences, so they wait instead.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        parameters = framework.parameters(spec.config)
-        for key, option in _THREAD_PARAMETERS.items():
-            if key in parameters:
-                setattr(options, option, framework.int_parameter(spec.config, key, 0))
-        level = spec.config.optimization.graph.level
-        if level == -1:
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        elif level == 1:
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options = _session_options(spec.config)
         if spec.kind == "GPU":
             if not gpu_available:
                 raise framework.no_gpu(spec, "ONNX Runtime", "install onnxruntime-gpu on a GPU host")
@@ -201,6 +188,34 @@ def _metadata_session(model_file: Path) -> ort.InferenceSession:
         return ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise Unavailable(f"failed to load '{model_file}': {exc}") from None
+
+
+def _session_options(config: mc.ModelConfig) -> ort.SessionOptions:
+    """The session options Triton's ONNX Runtime backend takes from the config: thread counts, execution
+    mode and graph optimization level."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    # ORT's intra-op threads spin between runs by default, burning the CPU that other instances and
+    # the HTTP loop need; servers run many short inferences, so they wait instead.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    parameters = framework.parameters(config)
+    for key, option in _THREAD_PARAMETERS.items():
+        if key in parameters:
+            setattr(options, option, framework.int_parameter(config, key, 0))
+    # Nodes one after the other (0, ORT's default) or side by side on the inter-op threads (1).
+    mode = framework.int_parameter(config, "execution_mode", 0)
+    if mode not in (0, 1):
+        raise ModelConfigError(
+            f"model '{config.name}': parameter 'execution_mode' must be 0 (sequential) or 1 (parallel), "
+            f"got {mode}"
+        )
+    options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if mode else ort.ExecutionMode.ORT_SEQUENTIAL
+    level = config.optimization.graph.level
+    if level == -1:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    elif level == 1:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    return options
 
 
 def _batch_input_targets(config: mc.ModelConfig) -> set[str]:
