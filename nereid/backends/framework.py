@@ -4,6 +4,7 @@ KIND_GPU."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -99,6 +100,13 @@ def bool_parameter(config: mc.ModelConfig, key: str, default: bool) -> bool:
     if lowered in ("false", "0", "no", "off"):
         return False
     raise ModelConfigError(f"model '{config.name}': parameter '{key}' must be true or false, got '{text}'")
+
+
+def threads_per_instance(config: mc.ModelConfig) -> int:
+    """The cores this process may run on, shared among the model's instances (at least one thread each):
+    a thread pool per instance as large as the host runs more threads than a small host has cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // max(1, sum(group.count for group in config.instance_group)))
 
 
 def no_gpu(spec: InstanceSpec, framework: str, hint: str) -> Unavailable:

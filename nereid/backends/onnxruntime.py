@@ -34,12 +34,6 @@ _ONNX_TYPES = {
     "tensor(string)": mc.TYPE_STRING,
 }
 
-# Session options Triton's ONNX Runtime backend reads from config `parameters`.
-_THREAD_PARAMETERS = {
-    "intra_op_thread_count": "intra_op_num_threads",
-    "inter_op_thread_count": "inter_op_num_threads",
-}
-
 
 class OnnxRuntimeBackend:
     name = "onnxruntime"
@@ -198,10 +192,17 @@ def _session_options(config: mc.ModelConfig) -> ort.SessionOptions:
     # ORT's intra-op threads spin between runs by default, burning the CPU that other instances and
     # the HTTP loop need; servers run many short inferences, so they wait instead.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    parameters = framework.parameters(config)
-    for key, option in _THREAD_PARAMETERS.items():
-        if key in parameters:
-            setattr(options, option, framework.int_parameter(config, key, 0))
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    # Triton sets a thread count above 0 and leaves 0 to ORT (a thread per core, pinned to it). An intra-op
+    # count left out is the instance's share of the cores instead: ORT's pick in each instance (two by
+    # default) would run more threads than a small host has cores. Inter-op threads run only in parallel
+    # mode, which asks for them; there ORT's pick stays the default.
+    intra = framework.int_parameter(config, "intra_op_thread_count", framework.threads_per_instance(config))
+    inter = framework.int_parameter(config, "inter_op_thread_count", 0)
+    if intra > 0:
+        options.intra_op_num_threads = intra
+    if inter > 0:
+        options.inter_op_num_threads = inter
     # Nodes one after the other (0, ORT's default) or side by side on the inter-op threads (1).
     mode = framework.int_parameter(config, "execution_mode", 0)
     if mode not in (0, 1):

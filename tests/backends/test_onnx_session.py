@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -48,3 +49,24 @@ def test_execution_mode_runs_nodes_in_sequence_or_in_parallel(tmp_path: Path) ->
             engine, "two"
         )
         assert "parameter 'execution_mode' must be an integer, got 'parallel'" in failure(engine, "words")
+
+
+def test_thread_counts_as_given_else_the_cores_shared_among_the_instances(tmp_path: Path) -> None:
+    three = "instance_group [ { count: 3 kind: KIND_CPU } ]\n"
+    _model(tmp_path, "shared", {}, three)
+    _model(tmp_path, "given", {"intra_op_thread_count": "3", "inter_op_thread_count": "2"}, three)
+    _model(tmp_path, "ort_picks", {"intra_op_thread_count": "0", "inter_op_thread_count": "0"})
+    _model(tmp_path, "bad", {"inter_op_thread_count": "two"})
+    share = max(1, len(os.sched_getaffinity(0)) // 3)
+    with serving(tmp_path) as engine:
+        shared = _options(engine, "shared")
+        assert (shared.intra_op_num_threads, shared.inter_op_num_threads) == (share, 0)
+        given = _options(engine, "given")
+        assert (given.intra_op_num_threads, given.inter_op_num_threads) == (3, 2)
+        ort_picks = _options(engine, "ort_picks")  # Triton's 0: ORT's own count
+        assert (ort_picks.intra_op_num_threads, ort_picks.inter_op_num_threads) == (0, 0)
+        assert "parameter 'inter_op_thread_count' must be an integer, got 'two'" in failure(engine, "bad")
+        # idle pool threads sleep rather than spin, leaving the cores to the server and the other instances
+        for options in (shared, given, ort_picks):
+            assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+            assert options.get_session_config_entry("session.inter_op.allow_spinning") == "0"
