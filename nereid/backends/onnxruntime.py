@@ -211,11 +211,14 @@ def _session_options(config: mc.ModelConfig) -> ort.SessionOptions:
             f"got {mode}"
         )
     options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if mode else ort.ExecutionMode.ORT_SEQUENTIAL
+    # Triton's graph levels: -1 basic, 1 extended, 2 none; others (0, left out) all of them.
     level = config.optimization.graph.level
     if level == -1:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     elif level == 1:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    elif level == 2:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return options
 
 

@@ -70,3 +70,16 @@ def test_thread_counts_as_given_else_the_cores_shared_among_the_instances(tmp_pa
         for options in (shared, given, ort_picks):
             assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
             assert options.get_session_config_entry("session.inter_op.allow_spinning") == "0"
+
+
+def test_graph_optimization_levels_as_triton_numbers_them(tmp_path: Path) -> None:
+    levels = {"all": "", "basic": "-1", "extended": "1", "none": "2"}
+    for name, level in levels.items():
+        _model(tmp_path, name, {}, f"optimization {{ graph {{ level: {level} }} }}\n" if level else "")
+    with serving(tmp_path) as engine:
+        assert {name: _options(engine, name).graph_optimization_level.name for name in levels} == {
+            "all": "ORT_ENABLE_ALL",
+            "basic": "ORT_ENABLE_BASIC",
+            "extended": "ORT_ENABLE_EXTENDED",
+            "none": "ORT_DISABLE_ALL",
+        }
