@@ -138,7 +138,7 @@ class OnnxRuntimeInstance:
     def _run_ragged(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         """One model call for the whole batch: ragged inputs joined into one row, the batch inputs computed
         over every request; outputs split by each request's batch size (scatter outputs by the elements of
-        their source input, in its shape)."""
+        their source input, in its shape). It lives here: no other backend serves ragged batches."""
         batch = [request.inputs for request in requests]
         inputs: dict[str, np.ndarray] = {}
         for name in requests[0].inputs:
