@@ -20,6 +20,8 @@ from nereid.types import InferRequest, InferResponse, StreamEvent
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
+    from nereid.tracing import SettingAnswer, SettingUpdate, TraceManager
+
     from nereid.statistics import ModelStatistics
 
 
@@ -152,3 +154,10 @@ class EngineClient(ModelServices, Protocol):
         ...
 
     def unregister_cuda_shared_memory(self, name: str | None = None) -> None: ...
+
+    # trace extension
+    tracer: TraceManager  # frontends sample the requests they receive
+
+    def trace_setting(self, model_name: str = "", update: SettingUpdate | None = None) -> SettingAnswer:
+        """The trace setting of `model_name` ("": the global one), after `update` when given."""
+        ...

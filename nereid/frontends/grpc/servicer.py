@@ -19,6 +19,7 @@ from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_respo
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
 from nereid.frontends.header_forward import HeaderForwarding
+from nereid.tracing.updates import grpc_update
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +274,19 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self._engine.unregister_cuda_shared_memory(request.name or None)
         return pb.CudaSharedMemoryUnregisterResponse()
 
+    # trace extension
+    @_rpc
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context: Context
+    ) -> pb.TraceSettingResponse:
+        answer = self._engine.trace_setting(request.model_name)  # an unknown model is refused first
+        update = grpc_update({key: list(value.value) for key, value in request.settings.items()})
+        if update is not None:
+            answer = self._engine.trace_setting(request.model_name, update)
+        response = pb.TraceSettingResponse()
+        for key, value in answer:
+            response.settings[key].value.extend([value] if isinstance(value, str) else value)
+        return response
+
     # features of later versions: UNIMPLEMENTED, saying which
-    TraceSetting = _later("TraceSetting", "the trace extension")
     LogSettings = _later("LogSettings", "the logging extension")

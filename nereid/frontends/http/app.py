@@ -49,6 +49,7 @@ from nereid.frontends.http.repository import (
     decode_unload_request,
 )
 from nereid.settings import ServerSettings
+from nereid.tracing.updates import http_update
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,8 @@ _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(?:(index)|models/([^
 _SHARED_MEMORY_ROUTE = re.compile(
     r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
 )
-_LATER = re.compile(r"/v2/(?:trace/setting|logging|models/[^/]+/trace/setting)")
+_LATER = re.compile(r"/v2/logging")
+_TRACE_ROUTE = re.compile(r"/v2(?:/models/([^/]+))?/trace/setting")
 _GROUP_BY_ACTION = {
     None: "metadata",
     "infer": "inference",
@@ -202,6 +204,10 @@ class HttpFrontend:
                 kind, region, action = match.groups()
                 _allow(method, "GET" if action == "status" else "POST")
                 return self._shared_memory(kind, region, action, request.body), False
+        if path.endswith("/trace/setting"):
+            match = _TRACE_ROUTE.fullmatch(path)
+            if match is not None:
+                return self._trace_setting(match.group(1) or "", method, request.body), False
         if self._console is not None and (path == console.PREFIX or path.startswith(console.PREFIX + "/")):
             return self._console.handle(request), False
         if _LATER.fullmatch(path) or _MODEL_ROUTE.fullmatch(path):
@@ -223,6 +229,17 @@ class HttpFrontend:
         else:
             await self._engine.unload_model(name, decode_unload_request(body))
         return HttpResponse(200, b"", [_JSON])
+
+    def _trace_setting(self, model_name: str, method: str, body: bytes) -> HttpResponse:
+        if method not in ("GET", "POST"):
+            raise _MethodNotAllowed()
+        answer = self._engine.trace_setting(model_name)  # an unknown model is refused before the body is read
+        if method == "POST":
+            answer = self._engine.trace_setting(model_name, http_update(body))
+        document: dict[str, str | list[str]] = {}
+        for key, value in answer:
+            document[key] = value
+        return _json(200, document)
 
     def _shared_memory(self, kind: str, region: str | None, action: str, body: bytes) -> HttpResponse:
         engine = self._engine
