@@ -20,9 +20,8 @@ from nereid.types import InferRequest, InferResponse, StreamEvent
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from nereid.tracing import SettingAnswer, SettingUpdate, TraceManager
-
     from nereid.statistics import ModelStatistics
+    from nereid.tracing import SettingAnswer, SettingUpdate, TraceManager
 
 
 @dataclass(frozen=True, slots=True)

@@ -164,7 +164,9 @@ def parse_trace_config(
         level |= parsed
     values = {
         "rate": _integer(flags.rate, "--trace-rate", 0, 2**31 - 1) if flags.rate is not None else 1000,
-        "count": _integer(flags.count, "--trace-count", -(2**31), 2**31 - 1) if flags.count is not None else -1,
+        "count": _integer(flags.count, "--trace-count", -(2**31), 2**31 - 1)
+        if flags.count is not None
+        else -1,
         "log_frequency": (
             _integer(flags.log_frequency, "--trace-log-frequency", 0, 2**31 - 1)
             if flags.log_frequency is not None
@@ -219,9 +221,7 @@ def parse_trace_config(
     return config, warnings
 
 
-def _opentelemetry_options(
-    given: list[tuple[str, str]], environ: Mapping[str, str]
-) -> list[tuple[str, str]]:
+def _opentelemetry_options(given: list[tuple[str, str]], environ: Mapping[str, str]) -> list[tuple[str, str]]:
     """The opentelemetry items with the batch span processor's numbers checked, and its defaults (or their
     OTEL_BSP_* variables) appended for those not given."""
     options = []

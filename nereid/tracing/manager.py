@@ -111,7 +111,9 @@ class TraceManager:
         specified = set()
         for field in ("level", "rate", "count", "log_frequency"):
             new = getattr(update, field)
-            if field not in update.cleared and (new is not None or (current is not None and field in current.specified)):
+            if field not in update.cleared and (
+                new is not None or (current is not None and field in current.specified)
+            ):
                 specified.add(field)
                 values[field] = new if new is not None else getattr(current, field)
             else:

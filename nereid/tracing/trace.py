@@ -96,7 +96,9 @@ class RequestTrace:
     # timestamps
     def timestamp(self, name: str, ns: int) -> None:
         if self._timestamps:
-            self.group.record(self.id, b'{"id":%d,"timestamps":[{"name":"%s","ns":%d}]}' % (self.id, name.encode(), ns))
+            self.group.record(
+                self.id, b'{"id":%d,"timestamps":[{"name":"%s","ns":%d}]}' % (self.id, name.encode(), ns)
+            )
 
     def now(self, name: str) -> None:
         self.timestamp(name, time.perf_counter_ns())

@@ -16,7 +16,12 @@ from nereid.tracing.settings import SettingUpdate
 
 _NUMBER = re.compile(r"\s*([+-]?\d+)")
 _INT32 = (-(2**31), 2**31 - 1)
-_FIELDS = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count", "log_frequency": "log_frequency"}
+_FIELDS = {
+    "trace_level": "level",
+    "trace_rate": "rate",
+    "trace_count": "count",
+    "log_frequency": "log_frequency",
+}
 
 
 def http_update(body: bytes) -> SettingUpdate:
@@ -44,7 +49,9 @@ def http_update(body: bytes) -> SettingUpdate:
             if not isinstance(request[key], str):
                 raise InvalidArgument("attempt to access JSON non-string as string")
             values[_FIELDS[key]] = _number(key, request[key], http=True)
-    return SettingUpdate(**values, cleared=frozenset(_FIELDS[k] for k in _FIELDS if k in request and request[k] is None))
+    return SettingUpdate(
+        **values, cleared=frozenset(_FIELDS[k] for k in _FIELDS if k in request and request[k] is None)
+    )
 
 
 def grpc_update(settings: Mapping[str, Sequence[str]]) -> SettingUpdate | None:
@@ -103,5 +110,7 @@ def _number(key: str, text: str, http: bool) -> int:
             raise InvalidArgument(f"Unable to parse '{key}'. Expecting value >= -1, got:{separator}{text}")
         return value
     if not _INT32[0] <= value <= _INT32[1]:
-        raise InvalidArgument(f"Unable to parse '{key}', value is out of range [ 0, 4294967295 ], got: {text}")
+        raise InvalidArgument(
+            f"Unable to parse '{key}', value is out of range [ 0, 4294967295 ], got: {text}"
+        )
     return value % 2**32  # a negative value wraps, as Triton's assignment to uint32 does

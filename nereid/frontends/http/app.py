@@ -49,6 +49,13 @@ from nereid.frontends.http.repository import (
     decode_unload_request,
 )
 from nereid.settings import ServerSettings
+from nereid.tracing.trace import (
+    HTTP_RECV_END,
+    HTTP_RECV_START,
+    HTTP_SEND_END,
+    HTTP_SEND_START,
+    INFER_RESPONSE_COMPLETE,
+)
 from nereid.tracing.updates import http_update
 
 log = logging.getLogger(__name__)
@@ -106,6 +113,7 @@ class HttpFrontend:
         self._console = console.Console(engine, settings) if settings.allow_console else None
         self._large_bodies = LargeBodyDecoder()
         self._forwarding = header_forwarding(settings.http_header_forward_pattern)
+        self._tracer = engine.tracer
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose: one line per request, at no cost otherwise
             self.handle = self._handle_and_log  # type: ignore[method-assign]
 
@@ -269,6 +277,7 @@ class HttpFrontend:
             raise Forbidden(f"This API is restricted, expecting header '{rule.header}'")
 
     async def _infer(self, name: str, version: str, request: HttpRequest) -> HttpResponse:
+        received = time.perf_counter_ns() if self._tracer.active else 0
         headers = request.headers
         body = request.body
         encoding = headers.get("content-encoding")
@@ -285,13 +294,27 @@ class HttpFrontend:
             infer_request = decode_infer_request(body, header_length, name, version)
         if self._forwarding is not None:
             self._forwarding.add_parameters(headers.items(), infer_request.parameters)
+        trace = None
+        if received:
+            trace = infer_request.trace = self._tracer.sample(name, headers)
+            if trace is not None:
+                trace.timestamp(HTTP_RECV_START, received)
+                trace.now(HTTP_RECV_END)
         try:
-            response = await self._engine.infer(infer_request)
-        except DecoupledModel:
-            if wants_events(headers.get("accept")):  # beyond Triton: the responses as a stream
-                return await event_stream(self._engine, infer_request, flat=False)
-            raise DecoupledModel("HTTP end point") from None
-        payload, json_length = encode_infer_response(response, infer_request)
+            try:
+                response = await self._engine.infer(infer_request)
+            except DecoupledModel:
+                if wants_events(headers.get("accept")):  # beyond Triton: the responses as a stream
+                    return await event_stream(self._engine, infer_request, flat=False)
+                raise DecoupledModel("HTTP end point") from None
+            if trace is not None:
+                trace.now(INFER_RESPONSE_COMPLETE)
+                trace.now(HTTP_SEND_START)
+            payload, json_length = encode_infer_response(response, infer_request)
+        finally:
+            if trace is not None:
+                trace.now(HTTP_SEND_END)  # the response is encoded: the connection writes it next
+                trace.close()
         if json_length is None:
             return HttpResponse(200, payload, [_JSON])
         return HttpResponse(
