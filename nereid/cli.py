@@ -347,6 +347,10 @@ def _trace_config(args: argparse.Namespace, warnings: list[str]) -> TraceConfig:
             count=args.trace_count,
             log_frequency=args.trace_log_frequency,
         )
+        if config.mode == "opentelemetry":
+            from nereid.tracing.opentelemetry import check_available
+
+            check_available()
     except TraceConfigError as exc:
         raise SystemExit(f"nereid: {exc}") from None
     warnings += trace_warnings

@@ -244,10 +244,12 @@ class HttpFrontend:
         answer = self._engine.trace_setting(model_name)  # an unknown model is refused before the body is read
         if method == "POST":
             answer = self._engine.trace_setting(model_name, http_update(body))
-        document: dict[str, str | list[str]] = {}
-        for key, value in answer:
-            document[key] = value
-        return _json(200, document)
+        # Written pair by pair: a setting given more than once (opentelemetry `resource`) is listed as
+        # many times, as in Triton's answer.
+        body = (
+            b"{" + b",".join(orjson.dumps(key) + b":" + orjson.dumps(value) for key, value in answer) + b"}"
+        )
+        return HttpResponse(200, body, [_JSON])
 
     def _shared_memory(self, kind: str, region: str | None, action: str, body: bytes) -> HttpResponse:
         engine = self._engine
