@@ -72,7 +72,7 @@ class TraceGroup:
 class RequestTrace:
     """The trace of one request through one model (Triton's TRITONSERVER_InferenceTrace)."""
 
-    __slots__ = ("group", "id", "parent_id", "_timestamps", "_tensors")
+    __slots__ = ("group", "id", "parent_id", "_timestamps", "_tensors", "__weakref__")
 
     def __init__(self, group: TraceGroup, trace_id: int, parent_id: int) -> None:
         self.group = group

@@ -233,3 +233,56 @@ def test_tracing_turned_on_then_counted(
     assert len(counted) == 3
     before = _traces(_stop_and_read(server, trace_file))
     assert len(before) == 2 and not set(before) & set(counted)
+
+
+BLS_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inputs = [pb_utils.get_input_tensor_by_name(request, n) for n in ("INPUT0", "INPUT1")]
+            # traced as the request's child, as in Triton, only when given the request's trace
+            traced = pb_utils.InferenceRequest(
+                model_name="simple", requested_output_names=["OUTPUT0"], inputs=inputs, trace=request.trace()
+            ).exec()
+            pb_utils.InferenceRequest(model_name="simple", requested_output_names=["OUTPUT0"], inputs=inputs).exec()
+            if traced.has_error():
+                raise pb_utils.TritonModelException(traced.error().message())
+            out = pb_utils.get_output_tensor_by_name(traced, "OUTPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]))
+        return responses
+"""
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_bls_calls_given_the_trace_are_child_traces(
+    tmp_path: Path, repository: Path, stopping: list[RunningServer], mode: str
+) -> None:
+    (repository / "bls_simple" / "1").mkdir(parents=True)
+    (repository / "bls_simple" / "1" / "model.py").write_text(BLS_MODEL)
+    (repository / "bls_simple" / "config.pbtxt").write_text(
+        'name: "bls_simple"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, '
+        '{ name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
+        f'parameters {{ key: "EXECUTION_MODE" value {{ string_value: "{mode}" }} }}\n'
+    )
+    trace_file = tmp_path / "trace.json"
+    server = _serve(
+        tmp_path, repository, f"--trace-config=triton,file={trace_file}", "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+    )  # fmt: skip
+    stopping.append(server)
+    _http_infer(server, "bls_simple")
+    traces = _traces(_stop_and_read(server, trace_file))
+    assert sorted(traces) == [1, 2]
+    bls, child = traces[1], traces[2]
+    assert (bls["model_name"], child["model_name"], child["parent_id"]) == ("bls_simple", "simple", 1)
+    _in_order(bls, MODEL_ORDER)
+    _in_order(child, MODEL_ORDER)
+    assert bls["timestamps"]["COMPUTE_START"] <= child["timestamps"]["REQUEST_START"]
+    assert child["timestamps"]["REQUEST_END"] <= bls["timestamps"]["COMPUTE_OUTPUT_START"]
