@@ -67,8 +67,16 @@ def repository(tmp_path: Path) -> Path:
     return _repository(tmp_path / "models")
 
 
-def _serve(tmp_path: Path, repository: Path, *flags: str) -> RunningServer:
-    return start_nereid(repository, tmp_path / "nereid.log", *flags, grpc=True)
+def _serve(
+    tmp_path: Path, repository: Path, stopping: list[RunningServer], *levels: str, rate: int = 1
+) -> tuple[RunningServer, Path]:
+    """Nereid tracing to tmp_path/trace.json at `levels` (TIMESTAMPS by default), and that file."""
+    trace_file = tmp_path / "trace.json"
+    flags = [f"--trace-config=triton,file={trace_file}", f"--trace-config=rate={rate}"]
+    flags += [f"--trace-config=level={level}" for level in levels or ("TIMESTAMPS",)]
+    server = start_nereid(repository, tmp_path / "nereid.log", *flags, grpc=True)
+    stopping.append(server)
+    return server, trace_file
 
 
 @pytest.fixture
@@ -139,16 +147,7 @@ def _stop_and_read(server: RunningServer, path: Path) -> list[dict[str, Any]]:
 def test_http_grpc_and_ensemble_traces(
     tmp_path: Path, repository: Path, stopping: list[RunningServer]
 ) -> None:
-    trace_file = tmp_path / "trace.json"
-    server = _serve(
-        tmp_path,
-        repository,
-        f"--trace-config=triton,file={trace_file}",
-        "--trace-config=level=TIMESTAMPS",
-        "--trace-config=level=TENSORS",
-        "--trace-config=rate=1",
-    )
-    stopping.append(server)
+    server, trace_file = _serve(tmp_path, repository, stopping, "TIMESTAMPS", "TENSORS")
     _http_infer(server, request_id="first")
     _grpc_infer(server)
     _http_infer(server, "ensemble_simple")
@@ -185,12 +184,7 @@ def test_rate_and_a_model_log_frequency_set_over_http(
 ) -> None:
     """L0_trace's flow: global rate 6, then 'simple' logs every 2 traces: 20 requests give 3 traces,
     2 in trace.json.0 and the last one in trace.json.1 at shutdown."""
-    trace_file = tmp_path / "trace.json"
-    server = _serve(
-        tmp_path, repository, f"--trace-config=triton,file={trace_file}", "--trace-config=level=TIMESTAMPS",
-        "--trace-config=rate=6",
-    )  # fmt: skip
-    stopping.append(server)
+    server, trace_file = _serve(tmp_path, repository, stopping, rate=6)
     with httpclient.InferenceServerClient(server.url) as client:
         answer = client.update_trace_settings("simple", {"log_frequency": "2"})
         assert (answer["trace_rate"], answer["log_frequency"]) == ("6", "2")
@@ -212,12 +206,7 @@ def test_tracing_turned_on_then_counted(
 ) -> None:
     """Off at start, on over gRPC, then a count of 3: the first traces go to trace.json at shutdown,
     the counted ones to trace.json.0 as soon as the count is reached."""
-    trace_file = tmp_path / "trace.json"
-    server = _serve(
-        tmp_path, repository, f"--trace-config=triton,file={trace_file}", "--trace-config=level=OFF",
-        "--trace-config=rate=1",
-    )  # fmt: skip
-    stopping.append(server)
+    server, trace_file = _serve(tmp_path, repository, stopping, "OFF")
     _http_infer(server)  # not traced
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         answer = client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
@@ -271,12 +260,7 @@ def test_bls_calls_given_the_trace_are_child_traces(
         'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
         f'parameters {{ key: "EXECUTION_MODE" value {{ string_value: "{mode}" }} }}\n'
     )
-    trace_file = tmp_path / "trace.json"
-    server = _serve(
-        tmp_path, repository, f"--trace-config=triton,file={trace_file}", "--trace-config=level=TIMESTAMPS",
-        "--trace-config=rate=1",
-    )  # fmt: skip
-    stopping.append(server)
+    server, trace_file = _serve(tmp_path, repository, stopping)
     _http_infer(server, "bls_simple")
     traces = _traces(_stop_and_read(server, trace_file))
     assert sorted(traces) == [1, 2]
@@ -286,3 +270,20 @@ def test_bls_calls_given_the_trace_are_child_traces(
     _in_order(child, MODEL_ORDER)
     assert bls["timestamps"]["COMPUTE_START"] <= child["timestamps"]["REQUEST_START"]
     assert child["timestamps"]["REQUEST_END"] <= bls["timestamps"]["COMPUTE_OUTPUT_START"]
+
+
+def test_stream_requests_are_traced(tmp_path: Path, repository: Path, stopping: list[RunningServer]) -> None:
+    server, trace_file = _serve(tmp_path, repository, stopping)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    answers: list[Any] = []
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: answers.append(error or result))
+        for index in range(2):
+            client.async_stream_infer("simple", _inputs(grpcclient, a), request_id=f"s{index}")
+        client.stop_stream()
+    assert [answer.get_response().id for answer in answers] == ["s0", "s1"]
+    traces = _traces(_stop_and_read(server, trace_file))
+    assert sorted(t["request_id"] for t in traces.values()) == ["s0", "s1"]
+    for trace in traces.values():
+        _in_order(trace, MODEL_ORDER)
+        _in_order(trace, GRPC_ORDER)
