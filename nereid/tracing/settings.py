@@ -30,6 +30,7 @@ class TraceFile:
         self._index = 0
         self._lock = threading.Lock()
         self._stream: object | None = None
+        self._closed = False
 
     def save(self, traces: bytes, indexed: bool) -> None:
         try:
@@ -40,6 +41,11 @@ class TraceFile:
                 Path(f"{self.name}.{index}").write_bytes(b"[" + traces + b"]")
                 return
             with self._lock:
+                if self._closed:  # a trace that ended after shutdown: opening the file again would empty it
+                    log.warning(
+                        "trace file %s is closed: a trace that ended after shutdown is dropped", self.name
+                    )
+                    return
                 if self._stream is None:
                     stream = open(self.name, "wb")  # noqa: SIM115 - open until shutdown, as Triton's
                     stream.write(b"[")
@@ -55,6 +61,7 @@ class TraceFile:
     def close(self) -> None:
         with self._lock:
             stream, self._stream = self._stream, None
+            self._closed = True
         if stream is not None:
             stream.write(b"]")  # type: ignore[attr-defined]
             stream.close()  # type: ignore[attr-defined]

@@ -329,7 +329,8 @@ class InferenceRequest:
         self._parameters = _parameters_json(parameters)
         self._trace = trace or InferenceTrace()
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
-        self.model_name = model_name
+        # Triton's binding takes bytes for a str too: models pass names read from BYTES tensors as they are
+        self.model_name = model_name.decode() if isinstance(model_name, bytes) else model_name
         self.model_version = model_version
         self.preferred_memory = preferred_memory or PreferredMemory()
 
