@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as trace_service
 
 from tests.conftest import RunningServer, free_port, start_nereid, stop
-from tests.tracing.test_trace_file import _inputs, _repository
+from tests.tracing.test_trace_file import BLS_MODEL, _bls_model, _inputs, _repository
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_SPAN = "b7ad6b7169203331"
@@ -77,8 +77,10 @@ def receiver() -> Iterator[_Receiver]:
 
 @pytest.fixture
 def nereid(tmp_path: Path, receiver: _Receiver) -> Iterator[RunningServer]:
+    repository = _repository(tmp_path / "models")
+    _bls_model(repository, "thread", BLS_MODEL)
     server = start_nereid(
-        _repository(tmp_path / "models"),
+        repository,
         tmp_path / "nereid.log",
         "--trace-config=mode=opentelemetry",
         f"--trace-config=opentelemetry,url=http://127.0.0.1:{receiver.server_port}/v1/traces",
@@ -154,6 +156,31 @@ def test_spans_follow_the_client_context_through_an_ensemble(
     assert sorted(grpc_spans) == ["InferRequest", "compute", "simple"]
     assert grpc_spans["InferRequest"].parent_span_id.hex() == "2" * 16
     assert "GRPC_WAITREAD_START" in _events(grpc_spans["InferRequest"])
+
+
+def test_a_bls_call_is_a_child_span_of_its_caller(nereid: RunningServer, receiver: _Receiver) -> None:
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    with httpclient.InferenceServerClient(nereid.url) as client:
+        client.infer(
+            "bls_simple",
+            _inputs(httpclient, a),
+            headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"},
+        )
+    stop(nereid.process)
+    spans = [span for _, span in receiver.spans]
+    assert {span.trace_id.hex() for span in spans} == {CLIENT_TRACE}
+    named: dict[str, list[Any]] = {}
+    for span in spans:
+        named.setdefault(span.name, []).append(span)
+    assert sorted((name, len(group)) for name, group in named.items()) == [
+        ("InferRequest", 1),
+        ("bls_simple", 1),
+        ("compute", 2),
+        ("simple", 1),  # the call made without the request's trace is not traced
+    ]
+    (bls,), (simple,) = named["bls_simple"], named["simple"]
+    assert simple.parent_span_id == bls.span_id
+    assert {c.parent_span_id for c in named["compute"]} == {bls.span_id, simple.span_id}
 
 
 def test_missing_sdk_is_named_at_start(monkeypatch: pytest.MonkeyPatch) -> None:

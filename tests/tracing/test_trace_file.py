@@ -247,12 +247,10 @@ class TritonPythonModel:
 """
 
 
-@pytest.mark.parametrize("mode", ["process", "thread"])
-def test_bls_calls_given_the_trace_are_child_traces(
-    tmp_path: Path, repository: Path, stopping: list[RunningServer], mode: str
-) -> None:
+def _bls_model(repository: Path, mode: str, code: str) -> None:
+    """bls_simple: a Python model (in `mode`) that calls 'simple' through BLS."""
     (repository / "bls_simple" / "1").mkdir(parents=True)
-    (repository / "bls_simple" / "1" / "model.py").write_text(BLS_MODEL)
+    (repository / "bls_simple" / "1" / "model.py").write_text(code)
     (repository / "bls_simple" / "config.pbtxt").write_text(
         'name: "bls_simple"\nbackend: "python"\nmax_batch_size: 8\n'
         'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, '
@@ -260,6 +258,13 @@ def test_bls_calls_given_the_trace_are_child_traces(
         'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
         f'parameters {{ key: "EXECUTION_MODE" value {{ string_value: "{mode}" }} }}\n'
     )
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_bls_calls_given_the_trace_are_child_traces(
+    tmp_path: Path, repository: Path, stopping: list[RunningServer], mode: str
+) -> None:
+    _bls_model(repository, mode, BLS_MODEL)
     server, trace_file = _serve(tmp_path, repository, stopping)
     _http_infer(server, "bls_simple")
     traces = _traces(_stop_and_read(server, trace_file))
