@@ -4,8 +4,8 @@ An `Admission` counts the request in flight from the moment it is admitted until
 a reload or unload retires the version only once its requests are answered), checks it against the
 model's config, builds the request the backend sees, shapes the outputs, and records the request in the
 model's statistics once. Requests refused by the checks never reach the model and, as in Triton, count
-in no statistic. A response cache and tracing (a traced request's REQUEST_START, QUEUE_START and REQUEST_END, and
-its tensors) hook in here, once, for every frontend.
+in no statistic. A response cache and tracing (a traced request's REQUEST_START, QUEUE_START and
+REQUEST_END, and its tensors) hook in here, once, for every frontend.
 """
 
 from __future__ import annotations
