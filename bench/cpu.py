@@ -23,15 +23,15 @@ def _stat(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 2 :].split()  # the fields after the command name, from field 3 on
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """utime + stime of `root` and of every process descending from it, now."""
+def tree_pids(*roots: int) -> set[int]:
+    """`roots` and every process descending from them, now."""
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             fields = _stat(int(entry))
             if fields is not None:
                 parents[int(entry)] = int(fields[1])
-    tree = {root}
+    tree = set(roots)
     grew = True
     while grew:
         grew = False
@@ -39,12 +39,48 @@ def tree_cpu_seconds(root: int) -> float:
             if parent in tree and pid not in tree:
                 tree.add(pid)
                 grew = True
-    total = 0
-    for pid in tree:
-        fields = _stat(pid)
-        if fields is not None:
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total * _TICK_S
+    return tree
+
+
+def _cpu_seconds(fields: list[str] | None) -> float:
+    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime
+
+
+def tree_cpu_seconds(*roots: int) -> float:
+    """utime + stime of `roots` and of every process descending from them, now."""
+    return sum(_cpu_seconds(_stat(pid)) for pid in tree_pids(*roots))
+
+
+def thread_cpu_seconds(*roots: int) -> dict[tuple[int, int], float]:
+    """(pid, thread id) -> utime + stime of each thread of the process tree, now."""
+    threads = {}
+    for pid in tree_pids(*roots):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                    text = stat.read()
+            except OSError:
+                continue
+            threads[(pid, int(tid))] = _cpu_seconds(text[text.rindex(")") + 2 :].split())
+    return threads
+
+
+def tree_peak_rss_mib(*roots: int) -> float:
+    """The sum of VmHWM (each process's peak resident memory) over the process tree, in MiB."""
+    total_kib = 0
+    for pid in tree_pids(*roots):
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        total_kib += int(line.split()[1])
+        except OSError:
+            continue
+    return total_kib / 1024
 
 
 def completed_requests(http_port: int, model: str) -> int:

@@ -75,7 +75,8 @@ def start_server(
     if name.startswith("nereid"):
         mode = name.partition("-")[2]
         flags = (f"--backend-config=python,execution-mode={mode}",) if mode else ()
-        process = start_nereid(http_port, repository, grpc_port, *flags)
+        # The native gRPC core, which serves only with deflate requests refused.
+        process = start_nereid(http_port, repository, grpc_port, "--grpc-request-compression=gzip", *flags)
     elif name == "triton":
         command, env = triton_command(repository, http_port, grpc_port)
         process = start(command, "triton", env)

@@ -95,10 +95,12 @@ def measure_model(
     args: argparse.Namespace,
     extra: tuple[str, ...] = (),
     attempts: int = 3,
+    environment: dict[str, str] | None = None,
 ) -> list[dict[str, str]]:
-    """perf_analyzer on `model` at `target` (its -u/-i flags), with `extra` flags; one CSV row per
-    concurrency. Up to `attempts` runs when the measurement windows are not stable."""
-    env = dict(os.environ)
+    """perf_analyzer on `model` at `target` (its -u/-i flags), with `extra` flags and `environment` added
+    to this process's; one CSV row per concurrency. Up to `attempts` runs when the measurement windows are
+    not stable."""
+    env = {**os.environ, **(environment or {})}
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib), env.get("LD_LIBRARY_PATH")) if p)
     with tempfile.TemporaryDirectory(prefix="nereid-bench-") as tmp:
         csv_path = Path(tmp) / "results.csv"
@@ -128,7 +130,9 @@ def measure_model(
             if "Failed to obtain stable measurement" in proc.stdout + proc.stderr and attempts > 1:
                 # A busy shared host: the windows disagreed. Measure again rather than lose the whole run.
                 print(f"perf_analyzer: no stable measurement at {concurrency_range}; again", file=sys.stderr)
-                return measure_model(binary, lib, model, target, concurrency_range, args, extra, attempts - 1)
+                return measure_model(
+                    binary, lib, model, target, concurrency_range, args, extra, attempts - 1, environment
+                )
             raise RuntimeError(f"perf_analyzer failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
         with open(csv_path, newline="") as fh:
             return sorted(csv.DictReader(fh), key=lambda r: int(r["Concurrency"]))

@@ -51,6 +51,13 @@ def _bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
 
 
+def _request_compression(value: str) -> frozenset[str]:
+    names = frozenset(name.strip().lower() for name in value.split(","))
+    if not names or not names <= {"gzip", "deflate"}:
+        raise argparse.ArgumentTypeError(f"expected gzip, deflate or gzip,deflate, got '{value}'")
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nereid",
@@ -77,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-port", type=int, default=8001)
     p.add_argument("--reuse-grpc-port", type=_bool, default=False, metavar="BOOL")
     p.add_argument("--grpc-core", choices=("auto", "native", "aio"), default="auto")
+    p.add_argument(
+        "--grpc-request-compression",
+        type=_request_compression,
+        default="gzip,deflate",
+        metavar="LIST",
+    )
     p.add_argument("--grpc-use-ssl", type=_bool, default=False, metavar="BOOL")
     p.add_argument("--grpc-use-ssl-mutual", type=_bool, default=False, metavar="BOOL")
     p.add_argument("--grpc-server-cert", default="", metavar="FILE")
@@ -401,6 +414,7 @@ def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
         max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
         reuse_port=args.reuse_grpc_port,
         core=args.grpc_core,
+        request_compression=args.grpc_request_compression,
     )
 
 

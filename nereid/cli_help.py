@@ -75,7 +75,9 @@ HELP = {
     "--grpc-header-forward-pattern": "gRPC metadata whose keys match this regular expression become request "
     "parameters",
     "--grpc-core": "native: pygrpc-native (the grpc extra); aio: grpc.aio; auto: native unless TLS, response "
-    "compression or connection ageing is asked for, or the extra is missing",
+    "compression, connection ageing or deflate-compressed requests are asked for, or the extra is missing",
+    "--grpc-request-compression": "compressions gRPC requests may use, gzip and/or deflate; others are refused "
+    "with UNIMPLEMENTED. The native core decompresses gzip only: 'gzip' lets --grpc-core=auto pick it",
     "--cache-config": "the response cache: local,size=BYTES or redis,host=...,port=...,password=... "
     "(repeatable, one setting each)",
     "--response-cache-byte-size": "Triton's older flag: a local response cache of this many bytes",

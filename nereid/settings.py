@@ -54,6 +54,9 @@ class GrpcOptions:
     # Which server serves gRPC: "native" (pygrpc-native: HTTP/2 and per-call work in Rust, outside the
     # GIL), "aio" (grpc.aio), or "auto": native where it can serve every option given, else aio.
     core: str = "auto"
+    # The compressions a request may come in (tritonserver: gzip and deflate). pygrpc-native decompresses
+    # gzip only, so with deflate in here `auto` serves with grpc.aio.
+    request_compression: frozenset[str] = frozenset(("gzip", "deflate"))
 
 
 @dataclass(frozen=True)

@@ -74,10 +74,22 @@ def wait_ready(url: str, process: subprocess.Popen[bytes] | None, timeout: float
     raise TimeoutError(f"server at {url} not ready after {timeout} s")
 
 
+# The gRPC core of servers whose test names none: NEREID_TEST_GRPC_CORE=native runs the gRPC suites on
+# pygrpc-native wherever it can serve (it needs deflate requests refused; TLS tests stay on grpc.aio),
+# =aio on grpc.aio; unset, the default.
+GRPC_CORE_FLAGS = {
+    "native": ("--grpc-request-compression=gzip",),
+    "aio": ("--grpc-core=aio",),
+    "": (),
+}
+
+
 def start_nereid(repository: Path, log_path: Path, *extra: str, grpc: bool = False) -> RunningServer:
     """Nereid on free ports of 127.0.0.1, HTTP always, gRPC when asked; ready when this returns."""
     port, grpc_port = free_ports(2)
     grpc_flags = [f"--grpc-port={grpc_port}", "--grpc-address=127.0.0.1"] if grpc else ["--allow-grpc=false"]
+    if grpc and not any(flag.startswith("--grpc-core") for flag in extra):
+        grpc_flags += GRPC_CORE_FLAGS[os.environ.get("NEREID_TEST_GRPC_CORE", "")]
     command = [
         sys.executable,
         "-m",

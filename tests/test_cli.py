@@ -81,6 +81,8 @@ def test_rate_limit_flags() -> None:
             "--grpc-server-key=k",
         ],
         ["--model-repository=/a", "--grpc-infer-response-compression-level=max"],
+        ["--model-repository=/a", "--grpc-request-compression=gzip,br"],
+        ["--model-repository=/a", "--grpc-request-compression="],
         ["--model-repository=/a", "--metrics-config=summary_latencies=maybe"],
         ["--model-repository=/a", "--metrics-config=summary_quantiles=0.5:0.05,1.5:0.01"],
         ["--model-repository=/a", "--metrics-config=summary_latencies"],
@@ -129,6 +131,7 @@ def test_grpc_flags() -> None:
             "--grpc-max-connection-age=60000",
             "--reuse-grpc-port=1",
             "--grpc-infer-allocation-pool-size=8",
+            "--grpc-request-compression= GZIP",
         ]
     )
     assert not settings.reuse_http_port  # each port has its own flag
@@ -144,6 +147,9 @@ def test_grpc_flags() -> None:
     assert (options.keepalive_time_ms, options.keepalive_timeout_ms) == (1000, 20_000)
     assert options.keepalive_permit_without_calls and options.reuse_port
     assert (options.max_connection_age_ms, options.max_connection_age_grace_ms) == (60000, None)
+    assert options.request_compression == {"gzip"}
+    # tritonserver takes both compressions a client may send
+    assert parse_settings(["--model-repository=/a"])[0].grpc.request_compression == {"gzip", "deflate"}
     assert warnings == [
         "--grpc-infer-allocation-pool-size has no effect: sizes a memory pool of Triton's that Nereid does "
         "not have"

@@ -26,10 +26,11 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import EXAMPLES, RunningServer, start_nereid, stop
 
-# The default core (pygrpc-native), and grpc.aio with responses compressed as a client accepts (the
-# native core has no response compression): every test below runs on both.
+# pygrpc-native (which serves only when deflate requests are refused), and grpc.aio with responses
+# compressed as a client accepts (the native core has no response compression): every test below runs on
+# both.
 CORES = {
-    "native": ("--grpc-core=native",),
+    "native": ("--grpc-core=native", "--grpc-request-compression=gzip"),
     "aio": ("--grpc-core=aio", "--grpc-infer-response-compression-level=high"),
 }
 
@@ -149,12 +150,25 @@ def test_compressed_requests(server: RunningServer, algorithm: str) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     inputs, a, b = _inputs(grpcclient)
     if algorithm == "deflate" and server.core == "native":  # type: ignore[attr-defined]
-        # The native core decompresses gzip only; deflate is refused with a clear status (README).
+        # --grpc-request-compression=gzip: deflate is refused with a clear status (README).
         with pytest.raises(InferenceServerException, match="deflate"):
             client.infer("simple", inputs, compression_algorithm=algorithm)
         return
     result = client.infer("simple", inputs, compression_algorithm=algorithm)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+
+
+def test_the_default_core_serves_every_compression_a_client_sends(tmp_path: Path) -> None:
+    running = start_nereid(EXAMPLES, tmp_path / "nereid.log", "--grpc-core=auto", grpc=True)
+    try:
+        assert "gRPC served by grpc.aio, since the native core lacks deflate requests" in running.log()
+        client = grpcclient.InferenceServerClient(running.grpc_url)
+        inputs, a, b = _inputs(grpcclient)
+        for algorithm in ("gzip", "deflate", None):
+            result = client.infer("simple", inputs, compression_algorithm=algorithm)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    finally:
+        stop(running.process)
 
 
 def test_async_infer_with_callback(server: RunningServer) -> None:

@@ -4,8 +4,11 @@ Two cores serve the same servicer. grpc.aio does everything Triton's endpoint do
 machinery costs more CPU than the rest of a request. pygrpc-native (the `grpc` extra) runs HTTP/2 and the
 per-call work in Rust, outside the GIL, and hands the servicer's coroutines to the same event loop; it
 serves unary calls itself and sends streams (ModelStreamInfer) to a grpc.aio server behind it. It has no
-TLS, no response compression and no connection ageing: `--grpc-core=auto` (the default) picks it unless
-one of those is asked for, and says which core serves and why.
+TLS, no response compression and no connection ageing, and it decompresses gzip requests but not deflate
+ones: `--grpc-core=auto` (the default) picks it unless one of those is asked for, and says which core
+serves and why. Deflate is asked for by default, as tritonserver takes it: pygrpc-native 0.5 refuses a
+deflate request (UNIMPLEMENTED) before any handler sees it, so no handler could pass it on to the grpc.aio
+server behind it as streams are; only `--grpc-request-compression=gzip` lets `auto` pick the native core.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 2**31 - 1
 # grpc's compression levels; the algorithm for a level is picked among those the client accepts.
 _COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
+# grpc's compression algorithms, as bits of grpc.compression_enabled_algorithms_bitset (grpc.Compression).
+_ALGORITHM_BITS = {"identity": 1 << 0, "deflate": 1 << 1, "gzip": 1 << 2}
 
 
 def server_options(options: GrpcOptions) -> list[tuple[str, int]]:
@@ -54,6 +59,11 @@ def server_options(options: GrpcOptions) -> list[tuple[str, int]]:
         result.append(("grpc.max_connection_age_ms", options.max_connection_age_ms))
     if options.max_connection_age_grace_ms is not None:
         result.append(("grpc.max_connection_age_grace_ms", options.max_connection_age_grace_ms))
+    if options.request_compression != {"gzip", "deflate"}:
+        # grpc refuses requests in a disabled algorithm with UNIMPLEMENTED, as the native core refuses
+        # deflate; the bits also bound the algorithms a response compression level may pick.
+        enabled = sum(_ALGORITHM_BITS[name] for name in ("identity", *options.request_compression))
+        result.append(("grpc.compression_enabled_algorithms_bitset", enabled))
     level = _COMPRESSION_LEVELS[options.infer_response_compression_level]
     if level:
         result.append(("grpc.default_compression_level", level))
@@ -70,6 +80,11 @@ def choose_core(options: GrpcOptions) -> tuple[str, str]:
             ("TLS", options.use_ssl),
             ("response compression", options.infer_response_compression_level != "none"),
             ("--grpc-max-connection-age", options.max_connection_age_ms is not None),
+            # It takes gzip whatever the flag says, so it serves exactly the requests of `gzip`.
+            (
+                "deflate requests (--grpc-request-compression=gzip refuses them)",
+                options.request_compression != {"gzip"},
+            ),
         )
         if asked
     ]

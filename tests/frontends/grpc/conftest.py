@@ -48,16 +48,21 @@ class InProcessServer:
     core: str
 
 
-CORES = ("native", "aio")
+# core -> its options: the native core serves only when deflate requests are refused; grpc.aio takes both
+# compressions, as tritonserver does.
+CORES = {
+    "native": GrpcOptions(core="native", request_compression=frozenset({"gzip"})),
+    "aio": GrpcOptions(core="aio"),
+}
 
 
-@pytest.fixture(scope="module", params=CORES)
+@pytest.fixture(scope="module", params=sorted(CORES))
 def grpc_server(request: pytest.FixtureRequest) -> Iterator[InProcessServer]:
     settings = ServerSettings(
         model_repositories=(EXAMPLES,),
         grpc_address="127.0.0.1",
         grpc_port=0,
-        grpc=GrpcOptions(core=request.param),
+        grpc=CORES[request.param],
     )
     engine = build_engine(settings)
     loop = LoopThread()

@@ -27,6 +27,7 @@ def test_options_follow_the_flags() -> None:
     assert defaults["grpc.so_reuseport"] == 0
     assert defaults["grpc.keepalive_time_ms"] == 7_200_000 and defaults["grpc.http2.max_ping_strikes"] == 2
     assert "grpc.default_compression_level" not in defaults and "grpc.max_connection_age_ms" not in defaults
+    assert "grpc.compression_enabled_algorithms_bitset" not in defaults  # grpc's default: every algorithm
     tuned = dict(
         server_options(
             GrpcOptions(infer_response_compression_level="high", max_connection_age_ms=5, reuse_port=True)
@@ -34,6 +35,9 @@ def test_options_follow_the_flags() -> None:
     )
     assert tuned["grpc.default_compression_level"] == 3
     assert tuned["grpc.max_connection_age_ms"] == 5 and tuned["grpc.so_reuseport"] == 1
+    # identity (bit 0) and gzip (bit 2): grpc refuses deflate requests, as the native core does
+    gzip_only = dict(server_options(GrpcOptions(request_compression=frozenset({"gzip"}))))
+    assert gzip_only["grpc.compression_enabled_algorithms_bitset"] == 0b101
 
 
 def test_a_port_in_use_is_a_clear_error(grpc_server: InProcessServer) -> None:
@@ -63,14 +67,34 @@ def test_every_status_has_a_grpc_code() -> None:
     assert GRPC_STATUS[Status.INVALID_ARG] == grpc.StatusCode.INVALID_ARGUMENT
 
 
+GZIP_ONLY = frozenset({"gzip"})
+
+
 def test_the_native_core_serves_unless_an_option_needs_grpc_aio() -> None:
-    assert choose_core(GrpcOptions()) == ("native", "pygrpc-native: HTTP/2 and per-call work outside the GIL")
-    assert choose_core(GrpcOptions(core="aio"))[0] == "aio"
-    core, why = choose_core(GrpcOptions(use_ssl=True, infer_response_compression_level="low"))
+    native = GrpcOptions(request_compression=GZIP_ONLY)
+    assert choose_core(native) == ("native", "pygrpc-native: HTTP/2 and per-call work outside the GIL")
+    assert choose_core(GrpcOptions(core="aio", request_compression=GZIP_ONLY))[0] == "aio"
+    core, why = choose_core(
+        GrpcOptions(use_ssl=True, infer_response_compression_level="low", request_compression=GZIP_ONLY)
+    )
     assert core == "aio" and why == "grpc.aio, since the native core lacks TLS, response compression"
-    assert choose_core(GrpcOptions(max_connection_age_ms=10))[0] == "aio"
+    assert choose_core(GrpcOptions(max_connection_age_ms=10, request_compression=GZIP_ONLY))[0] == "aio"
     with pytest.raises(Unavailable, match="--grpc-core=native cannot serve this endpoint: it needs TLS"):
-        choose_core(GrpcOptions(core="native", use_ssl=True))
+        choose_core(GrpcOptions(core="native", use_ssl=True, request_compression=GZIP_ONLY))
+
+
+def test_deflate_requests_are_served_by_default_so_grpc_aio_serves() -> None:
+    # pygrpc-native refuses deflate before any handler sees it; tritonserver takes it, so by default
+    # (and whenever deflate is asked for) grpc.aio serves, and the log says how to pick the native core.
+    for options in (GrpcOptions(), GrpcOptions(request_compression=frozenset({"deflate"}))):
+        core, why = choose_core(options)
+        assert core == "aio"
+        assert why == (
+            "grpc.aio, since the native core lacks deflate requests "
+            "(--grpc-request-compression=gzip refuses them)"
+        )
+    with pytest.raises(Unavailable, match="it needs deflate requests"):
+        choose_core(GrpcOptions(core="native"))
 
 
 def test_without_the_native_package_grpc_aio_serves(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,5 +104,5 @@ def test_without_the_native_package_grpc_aio_serves(monkeypatch: pytest.MonkeyPa
         "find_spec",
         lambda name, *a: None if name == "pygrpc_native" else real_find_spec(name, *a),
     )
-    core, why = choose_core(GrpcOptions())
+    core, why = choose_core(GrpcOptions(request_compression=GZIP_ONLY))
     assert core == "aio" and "pip install 'nereid[grpc]'" in why
