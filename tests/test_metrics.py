@@ -80,8 +80,8 @@ def test_summaries_replace_counters_when_configured() -> None:
             assert samples[f'nv_inference_{family}_summary_us_count{{model="simple",version="1"}}'] == 3
         infer_sum = samples['nv_inference_compute_infer_summary_us_sum{model="simple",version="1"}']
         assert infer_sum == pytest.approx(stats["inference_stats"]["compute_infer"]["ns"] / 1000)
-        median = samples['nv_inference_compute_infer_summary_us{model="simple",quantile="0.5",version="1"}']
-        largest = samples['nv_inference_compute_infer_summary_us{model="simple",quantile="1.0",version="1"}']
+        median = samples['nv_inference_compute_infer_summary_us{model="simple",version="1",quantile="0.5"}']
+        largest = samples['nv_inference_compute_infer_summary_us{model="simple",version="1",quantile="1.0"}']
         assert 0 < median <= largest <= infer_sum
     finally:
         engine.shutdown()
@@ -94,16 +94,16 @@ def test_batch_size_and_queue_delay_histograms() -> None:
             asyncio.run(engine.infer(_request(rows)))
         samples = _samples(MetricsExporter(engine).render().decode())
         label = 'model="simple",version="1"'
-        buckets = {le: samples[f'nereid_inference_batch_size_bucket{{le="{le}",{label}}}'] for le in "1248"}
+        buckets = {le: samples[f'nereid_inference_batch_size_bucket{{{label},le="{le}"}}'] for le in "1248"}
         assert buckets == {"1": 2, "2": 2, "4": 3, "8": 3}  # `simple` has max_batch_size 8
-        assert samples[f'nereid_inference_batch_size_bucket{{le="+Inf",{label}}}'] == 3
+        assert samples[f'nereid_inference_batch_size_bucket{{{label},le="+Inf"}}'] == 3
         assert samples[f"nereid_inference_batch_size_sum{{{label}}}"] == 5
         assert samples[f"nereid_inference_batch_size_count{{{label}}}"] == 3
         assert samples[f"nereid_inference_queue_delay_us_count{{{label}}}"] == 3
-        assert samples[f'nereid_inference_queue_delay_us_bucket{{le="+Inf",{label}}}'] == 3
-        assert samples[f'nereid_inference_request_duration_us_bucket{{le="+Inf",{label}}}'] == 3
-        assert samples[f'nereid_inference_request_duration_us_bucket{{le="10000000",{label}}}'] == 3
-        assert samples[f'nereid_inference_request_duration_us_bucket{{le="25",{label}}}'] <= 3
+        assert samples[f'nereid_inference_queue_delay_us_bucket{{{label},le="+Inf"}}'] == 3
+        assert samples[f'nereid_inference_request_duration_us_bucket{{{label},le="+Inf"}}'] == 3
+        assert samples[f'nereid_inference_request_duration_us_bucket{{{label},le="10000000"}}'] == 3
+        assert samples[f'nereid_inference_request_duration_us_bucket{{{label},le="25"}}'] <= 3
         assert samples[f"nereid_inference_request_duration_us_count{{{label}}}"] == 3
     finally:
         engine.shutdown()

@@ -15,6 +15,7 @@ from nereid.engine_client import EngineClient, ModelMetadata
 from nereid.errors import (
     DecoupledModel,
     Forbidden,
+    InternalError,
     InvalidArgument,
     NereidError,
     Status,
@@ -202,6 +203,8 @@ class HttpFrontend:
                 kind, region, action = match.groups()
                 _allow(method, "GET" if action == "status" else "POST")
                 return self._shared_memory(kind, region, action, request.body), False
+        if path == "/v2/logging":
+            return self._logging(method, request.body), False
         if self._console is not None and (path == console.PREFIX or path.startswith(console.PREFIX + "/")):
             return self._console.handle(request), False
         if _LATER.fullmatch(path) or _MODEL_ROUTE.fullmatch(path):
@@ -223,6 +226,18 @@ class HttpFrontend:
         else:
             await self._engine.unload_model(name, decode_unload_request(body))
         return HttpResponse(200, b"", [_JSON])
+
+    def _logging(self, method: str, body: bytes) -> HttpResponse:
+        """The logging extension: GET reads the log settings, POST changes the ones it names."""
+        if method == "GET":
+            return _json(200, self._engine.log_settings().as_dict())
+        _allow(method, "POST")
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
+        values = document if isinstance(document, dict) else {}  # Triton reads no setting from a non-object
+        return _json(200, self._engine.update_log_settings(values).as_dict())
 
     def _shared_memory(self, kind: str, region: str | None, action: str, body: bytes) -> HttpResponse:
         engine = self._engine

@@ -138,7 +138,6 @@ def test_repository_index(grpc_server: InProcessServer) -> None:
     ("rpc", "request_message", "feature"),
     [
         ("TraceSetting", pb.TraceSettingRequest(), "trace"),
-        ("LogSettings", pb.LogSettingsRequest(), "logging"),
     ],
 )
 def test_features_of_later_versions_are_unimplemented(
@@ -214,3 +213,24 @@ def test_compressed_requests_are_accepted(grpc_server: InProcessServer) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         grpc_server.stub.ModelInfer(_simple_request(), compression=grpc.Compression.Deflate)
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED and "deflate" in caught.value.details()
+
+
+def test_log_settings_read_and_change(grpc_server: InProcessServer) -> None:
+    settings = grpc_server.stub.LogSettings(pb.LogSettingsRequest()).settings
+    assert (
+        settings["log_verbose_level"].uint32_param == 0 and settings["log_format"].string_param == "default"
+    )
+    change = pb.LogSettingsRequest()
+    change.settings["log_warning"].bool_param = False
+    try:
+        changed = grpc_server.stub.LogSettings(change).settings
+        assert not changed["log_warning"].bool_param and changed["log_info"].bool_param
+        wrong = pb.LogSettingsRequest()
+        wrong.settings["log_info"].string_param = "false"
+        with pytest.raises(grpc.RpcError) as info:
+            grpc_server.stub.LogSettings(wrong)
+        assert _error(info.value).code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert _error(info.value).details() == "expect boolean for 'log_info'"
+    finally:
+        change.settings["log_warning"].bool_param = True
+        grpc_server.stub.LogSettings(change)
