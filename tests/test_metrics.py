@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import threading
 import urllib.error
 import urllib.request
@@ -151,3 +152,75 @@ def test_metrics_port_under_concurrent_clients(tmp_path: Path) -> None:
             urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/nothing", timeout=10)
     finally:
         stop(server.process)
+
+
+def test_first_response_histogram_only_when_histograms_are_on(tmp_path: Path) -> None:
+    engine = build_engine(ServerSettings(model_repositories=(EXAMPLES,)))
+    try:
+        asyncio.run(engine.infer(_request(1)))
+        assert "nv_inference_first_response_histogram_ms" not in MetricsExporter(engine).render().decode()
+    finally:
+        engine.shutdown()
+    # a model's `model_metrics` may name the buckets, as in Triton
+    shutil.copytree(EXAMPLES / "simple", tmp_path / "simple")
+    config = tmp_path / "simple" / "config.pbtxt"
+    config.write_text(
+        config.read_text() + "\nmodel_metrics { metric_control [ { metric_identifier { family: "
+        '"nv_inference_first_response_histogram_ms" } histogram_options { buckets: [ 10, 1, 60000 ] } } ] }\n'
+    )
+    settings = ServerSettings(
+        model_repositories=(tmp_path,), metrics_config=MetricsConfig(histogram_latencies=True)
+    )
+    engine = build_engine(settings)
+    try:
+        for _ in range(2):
+            asyncio.run(engine.infer(_request(1)))
+        text = MetricsExporter(engine).render().decode()
+        assert "# TYPE nv_inference_first_response_histogram_ms histogram" in text
+        samples = _samples(text)
+        label = 'model="simple",version="1"'
+        assert samples[f"nv_inference_first_response_histogram_ms_count{{{label}}}"] == 2
+        assert samples[f'nv_inference_first_response_histogram_ms_bucket{{{label},le="60000"}}'] == 2
+        assert samples[f'nv_inference_first_response_histogram_ms_bucket{{{label},le="+Inf"}}'] == 2
+        assert re.findall(r'first_response_histogram_ms_bucket\{[^}]*le="([^"]+)"', text) == [
+            "1",
+            "10",
+            "60000",
+            "+Inf",
+        ]
+        assert samples[f"nv_model_load_duration_secs{{{label}}}"] > 0
+    finally:
+        engine.shutdown()
+
+
+def test_a_decoupled_model_counts_its_first_response_once(tmp_path: Path) -> None:
+    (tmp_path / "repeat" / "1").mkdir(parents=True)
+    (tmp_path / "repeat" / "config.pbtxt").write_text(
+        'backend: "repeat"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n'
+        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },\n'
+        '  { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },\n'
+        '  { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },\n'
+        '  { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]\n'
+    )
+    settings = ServerSettings(
+        model_repositories=(tmp_path,), metrics_config=MetricsConfig(histogram_latencies=True)
+    )
+    engine = build_engine(settings)
+    values = {"IN": ("INT32", [4, 5, 6]), "DELAY": ("UINT32", [0, 0, 0]), "WAIT": ("UINT32", [0])}
+    tensors = [
+        InferTensor(
+            name, datatype, (len(data),), np.array(data, dtype=np.int32 if datatype == "INT32" else np.uint32)
+        )
+        for name, (datatype, data) in values.items()
+    ]
+
+    async def stream() -> int:
+        return len([event async for event in engine.infer_stream(InferRequest("repeat", "", tensors))])
+
+    try:
+        assert asyncio.run(stream()) >= 3
+        samples = _samples(MetricsExporter(engine).render().decode())
+        assert samples['nv_inference_first_response_histogram_ms_count{model="repeat",version="1"}'] == 1
+    finally:
+        engine.shutdown()
