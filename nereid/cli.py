@@ -396,7 +396,18 @@ def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    settings, warnings = parse_settings(sys.argv[1:] if argv is None else argv)
+    if settings.log.log_file:
+        # Before the server's heavier imports: a log file that cannot be written fails at once, and tools
+        # that wait for the file to appear (as Triton creates it at start) find it.
+        try:
+            open(settings.log.log_file, "a").close()  # noqa: SIM115
+        except OSError as exc:
+            print(
+                f"nereid: cannot write the log file '{settings.log.log_file}': {exc.strerror}",
+                file=sys.stderr,
+            )
+            return 1
     from nereid.server import serve
 
-    settings, warnings = parse_settings(sys.argv[1:] if argv is None else argv)
     return serve(settings, warnings)

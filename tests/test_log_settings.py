@@ -179,3 +179,12 @@ def test_the_log_file_receives_the_lines(tmp_path: Path) -> None:
     for handler in root.handlers:
         handler.flush()
     assert DEFAULT_RECORD.fullmatch(path.read_text().strip())
+
+
+def test_a_log_file_that_cannot_be_written_stops_the_server_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nereid.cli import main
+
+    assert main([f"--model-repository={tmp_path}", f"--log-file={tmp_path}/missing/server.log"]) == 1
+    assert "cannot write the log file" in capsys.readouterr().err
