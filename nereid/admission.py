@@ -4,7 +4,8 @@ An `Admission` counts the request in flight from the moment it is admitted until
 a reload or unload retires the version only once its requests are answered), checks it against the
 model's config, builds the request the backend sees, shapes the outputs, and records the request in the
 model's statistics once. Requests refused by the checks never reach the model and, as in Triton, count
-in no statistic. A response cache or tracing hooks in here, once, for every frontend.
+in no statistic. A response cache and tracing (a traced request's REQUEST_START, QUEUE_START and
+REQUEST_END, and its tensors) hook in here, once, for every frontend.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Admission:
         "wanted",
         "backend",
         "timing",
+        "trace",
         "_regions",
         "_shared_memory",
     )
@@ -76,6 +78,7 @@ class Admission:
         self.timing = RequestTiming()
         self._shared_memory = shared_memory
         self._regions: dict[str, SharedMemoryRef] | None = None
+        self.trace = trace = request.trace
         model.inflight += 1
         try:
             if stream is not None:
@@ -100,6 +103,10 @@ class Admission:
             self.backend = backend = backend_request(request, inputs, wanted)
             backend.stream = stream
             self.queued = time.perf_counter_ns()
+            if trace is not None:
+                trace.request_start(model.name, model.version, request.id, self.start)
+                trace.queue_start(self.queued, request.inputs)
+                backend.trace = trace
         except BaseException as exc:
             model.request_done()  # refused: it never reaches the model
             if log.isEnabledFor(logging.DEBUG):
@@ -113,6 +120,8 @@ class Admission:
         if not isinstance(exc, QueueFull):  # refused before it was queued: Triton counts it nowhere
             reason = _failure_reason(exc)
             model.statistics.record_failure(time.perf_counter_ns() - self.start, reason)
+        if self.trace is not None:
+            self.trace.request_end()
         model.request_done()
         if log.isEnabledFor(logging.DEBUG):
             _log_request(self, f"failed ({reason}): {exc}")
@@ -141,6 +150,8 @@ class Admission:
             )
         if model.statistics.first_response is not None:
             model.statistics.record_first_response(end - start)
+        if self.trace is not None:
+            self.trace.request_end(outputs)
         model.request_done()
         if log.isEnabledFor(logging.DEBUG):
             _log_request(self, "OK")
@@ -166,6 +177,8 @@ class Admission:
         statistics = self.model.statistics
         statistics.record_cache_hit(time.perf_counter_ns() - start, lookup_start - self.queued, lookup_ns)
         statistics.record_first_response(time.perf_counter_ns() - start)
+        if self.trace is not None:
+            self.trace.request_end(outputs)
         self.model.request_done()
         if log.isEnabledFor(logging.DEBUG):
             _log_request(self, "OK (from the response cache)")
@@ -215,6 +228,8 @@ class Admission:
 
     def release(self) -> None:
         """The request is answered: the version may retire once none is left in flight."""
+        if self.trace is not None:
+            self.trace.request_end()
         self.model.request_done()
 
 

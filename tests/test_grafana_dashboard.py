@@ -100,7 +100,11 @@ def test_the_dashboard_reads_only_metrics_nereid_serves(nereid: tuple[RunningSer
     served = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))
     expressions = _expressions(json.loads(DASHBOARD.read_text()))
     referenced = set().union(*(referenced_metrics(e) for e in expressions))
-    assert {"nv_inference_count", "nereid_inference_batch_size_bucket", "nv_cache_num_hits_per_model"} <= referenced
+    assert {
+        "nv_inference_count",
+        "nereid_inference_batch_size_bucket",
+        "nv_cache_num_hits_per_model",
+    } <= referenced
     assert not any(name.startswith("nv_gpu") for name in referenced)  # it needs no GPU
     missing = sorted(referenced - served)
     assert not missing, f"the dashboard reads metrics Nereid does not serve: {missing}"
@@ -151,9 +155,7 @@ def test_prometheus_scrapes_nereid_and_answers_the_dashboard(
         stderr=subprocess.STDOUT,
     )
     try:
-        throughput = _concrete(
-            'sum by (model) (rate(nv_inference_count{model=~"$model"}[$__rate_interval]))'
-        )
+        throughput = _concrete('sum by (model) (rate(nv_inference_count{model=~"$model"}[$__rate_interval]))')
         deadline = time.monotonic() + 60
         answer: dict[str, Any] = {}
         while time.monotonic() < deadline:  # rate() needs two scrapes of the target

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from nereid.backends.responses import ResponseStream
     from nereid.custom_metrics import CustomMetrics
     from nereid.engine_client import ModelServices
+    from nereid.tracing.trace import RequestTrace
 
 Outputs = dict[str, np.ndarray]
 # What an instance returns for one request: its outputs, or the error that fails that request alone.
@@ -59,6 +60,7 @@ class BackendRequest:
     timeout_us: int = 0  # 0: none
     priority: int = 0  # 0: the model's default level
     stream: ResponseStream | None = None  # a decoupled model's responses go there, not to the result
+    trace: RequestTrace | None = None  # the instance pool records its executions there
 
 
 def batch_elements(request: BackendRequest) -> int:
