@@ -67,8 +67,8 @@ HELP = {
     "--exit-on-error": "exit at start-up when a model fails to load",
     "--exit-timeout-secs": "on SIGINT/SIGTERM, how long requests in flight get before the server exits "
     "(they are then answered 503); a second signal exits at once",
-    "--log-verbose": "verbose logs: 1 logs each request (model, version, id, status, time), each HTTP "
-    "request and why batches were cut; higher levels add more",
+    "--log-verbose": "verbose logs: 1 or more logs each request (model, version, id, status, time), each "
+    "HTTP request and why each dynamic batch was cut",
     "--log-info": "log INFO messages",
     "--log-warning": "log WARNING messages",
     "--log-error": "log ERROR messages",
