@@ -11,6 +11,7 @@ REQUEST_END, and its tensors) hook in here, once, for every frontend.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import numpy as np
@@ -26,6 +27,21 @@ from nereid.request_checks import backend_inputs, backend_request, inputs_batch_
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor, RequestedOutput
+
+log = logging.getLogger(__name__)
+
+
+def _log_request(admission: Admission, outcome: str) -> None:
+    """--log-verbose: one line per request, with its model, version, id, outcome and time."""
+    model = admission.model
+    log.debug(
+        "request for model '%s' version %s, id '%s': %s in %.3f ms",
+        model.name,
+        model.version_text,
+        admission.request.id,
+        outcome,
+        (time.perf_counter_ns() - admission.start) / 1e6,
+    )
 
 
 class Admission:
@@ -91,18 +107,24 @@ class Admission:
                 trace.request_start(model.name, model.version, request.id, self.start)
                 trace.queue_start(self.queued, request.inputs)
                 backend.trace = trace
-        except BaseException:
+        except BaseException as exc:
             model.request_done()  # refused: it never reaches the model
+            if log.isEnabledFor(logging.DEBUG):
+                _log_request(self, f"refused: {exc}")
             raise
 
     def failed(self, exc: BaseException) -> None:
         """The scheduler raised for a unary request: record why, and release it."""
         model = self.model
+        reason = "REJECTED"
         if not isinstance(exc, QueueFull):  # refused before it was queued: Triton counts it nowhere
-            model.statistics.record_failure(time.perf_counter_ns() - self.start, _failure_reason(exc))
+            reason = _failure_reason(exc)
+            model.statistics.record_failure(time.perf_counter_ns() - self.start, reason)
         if self.trace is not None:
             self.trace.request_end()
         model.request_done()
+        if log.isEnabledFor(logging.DEBUG):
+            _log_request(self, f"failed ({reason}): {exc}")
 
     def finish(self, results: Outputs) -> list[InferTensor]:
         """The scheduler answered a unary request: its response tensors; record it, and release it."""
@@ -126,9 +148,13 @@ class Admission:
                 self.queued - start,
                 end - executed,
             )
+        if model.statistics.first_response is not None:
+            model.statistics.record_first_response(end - start)
         if self.trace is not None:
             self.trace.request_end(outputs)
         model.request_done()
+        if log.isEnabledFor(logging.DEBUG):
+            _log_request(self, "OK")
         return outputs
 
     def cache_key(self) -> CacheKey:
@@ -148,12 +174,14 @@ class Admission:
             self.failed(exc)
             raise
         start = self.start
-        self.model.statistics.record_cache_hit(
-            time.perf_counter_ns() - start, lookup_start - self.queued, lookup_ns
-        )
+        statistics = self.model.statistics
+        statistics.record_cache_hit(time.perf_counter_ns() - start, lookup_start - self.queued, lookup_ns)
+        statistics.record_first_response(time.perf_counter_ns() - start)
         if self.trace is not None:
             self.trace.request_end(outputs)
         self.model.request_done()
+        if log.isEnabledFor(logging.DEBUG):
+            _log_request(self, "OK (from the response cache)")
         return outputs
 
     def outputs(self, results: Outputs) -> list[InferTensor]:
@@ -186,9 +214,17 @@ class Admission:
             0,
             0,
         )
+        if log.isEnabledFor(logging.DEBUG):
+            _log_request(self, "OK (streamed)")
+
+    def responded(self) -> None:
+        """A streamed request's first response (or error) went out."""
+        self.model.statistics.record_first_response(time.perf_counter_ns() - self.start)
 
     def record_cancelled(self) -> None:
         self.model.statistics.record_failure(time.perf_counter_ns() - self.start, "CANCELED")
+        if log.isEnabledFor(logging.DEBUG):
+            _log_request(self, "cancelled")
 
     def release(self) -> None:
         """The request is answered: the version may retire once none is left in flight."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from nereid.cli_help import NO_EFFECT, Formatter, describe, unknown_flag
+from nereid.log_settings import FORMATS, LogSettings, escape_messages
 from nereid.repository.remote.location import is_remote
 from nereid.settings import (
     API_GROUPS,
@@ -25,11 +27,6 @@ from nereid.tracing.config import TraceConfig, TraceConfigError, parse_trace_con
 # keep working, and each one given is reported at start-up as having no effect yet.
 NOT_YET_SUPPORTED = (
     "--http-thread-count",
-    "--log-info",
-    "--log-warning",
-    "--log-error",
-    "--log-format",
-    "--log-file",
     "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size",
     "--repoagent-directory",
@@ -123,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="counter_latencies, summary_latencies (BOOL) or summary_quantiles (Q:ERROR[,Q:ERROR...])",
+        help="counter_latencies, histogram_latencies, summary_latencies (BOOL) or summary_quantiles "
+        "(Q:ERROR[,Q:ERROR...])",
     )
     p.add_argument(
         "--allow-client-shm",
@@ -172,7 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict-readiness", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-on-error", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-timeout-secs", type=int, default=30)
-    p.add_argument("--log-verbose", type=int, default=0)
+    p.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL")
+    p.add_argument("--log-info", type=_bool, default=True, metavar="BOOL")
+    p.add_argument("--log-warning", type=_bool, default=True, metavar="BOOL")
+    p.add_argument("--log-error", type=_bool, default=True, metavar="BOOL")
+    p.add_argument("--log-format", choices=FORMATS, default="default")
+    p.add_argument("--log-file", default="", metavar="FILE")
     p.add_argument("--rate-limit", choices=("off", "execution_count"), default="off")
     p.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE")
     p.add_argument("--response-cache-byte-size", type=int, default=None)
@@ -206,7 +209,7 @@ def _metrics_config(items: Sequence[str]) -> tuple[MetricsConfig, list[str]]:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"nereid: --metrics-config expects key=value, got '{item}'")
-        if key in ("counter_latencies", "summary_latencies"):
+        if key in ("counter_latencies", "summary_latencies", "histogram_latencies"):
             try:
                 values[key] = _bool(value)
             except argparse.ArgumentTypeError as exc:
@@ -327,7 +330,8 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
-        log_verbose=args.log_verbose,
+        log=_log_settings(args),
+        log_escape=escape_messages(os.environ),
         backend_config=backend_config,
         rate_limit=args.rate_limit == "execution_count",
         rate_limit_resources=tuple(_resource_limit(item) for item in args.rate_limit_resource),
@@ -338,6 +342,19 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
     if args.rate_limit_resource and args.rate_limit == "off":
         warnings.append("--rate-limit-resource has no effect unless --rate-limit=execution_count")
     return settings, warnings
+
+
+def _log_settings(args: argparse.Namespace) -> LogSettings:
+    if args.log_verbose < 0:
+        raise SystemExit(f"nereid: --log-verbose expects a level of 0 or more, got {args.log_verbose}")
+    return LogSettings(
+        log_file=args.log_file,
+        log_info=args.log_info,
+        log_warning=args.log_warning,
+        log_error=args.log_error,
+        log_verbose_level=args.log_verbose,
+        log_format=args.log_format,
+    )
 
 
 def _cache_settings(args: argparse.Namespace) -> CacheSettings | None:
@@ -419,7 +436,18 @@ def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    settings, warnings = parse_settings(sys.argv[1:] if argv is None else argv)
+    if settings.log.log_file:
+        # Before the server's heavier imports: a log file that cannot be written fails at once, and tools
+        # that wait for the file to appear (as Triton creates it at start) find it.
+        try:
+            open(settings.log.log_file, "a").close()  # noqa: SIM115
+        except OSError as exc:
+            print(
+                f"nereid: cannot write the log file '{settings.log.log_file}': {exc.strerror}",
+                file=sys.stderr,
+            )
+            return 1
     from nereid.server import serve
 
-    settings, warnings = parse_settings(sys.argv[1:] if argv is None else argv)
     return serve(settings, warnings)

@@ -67,7 +67,13 @@ HELP = {
     "--exit-on-error": "exit at start-up when a model fails to load",
     "--exit-timeout-secs": "on SIGINT/SIGTERM, how long requests in flight get before the server exits "
     "(they are then answered 503); a second signal exits at once",
-    "--log-verbose": "1 or more: debug logs, one line per HTTP request",
+    "--log-verbose": "verbose logs: 1 or more logs each request (model, version, id, status, time), each "
+    "HTTP request and why each dynamic batch was cut",
+    "--log-info": "log INFO messages",
+    "--log-warning": "log WARNING messages",
+    "--log-error": "log ERROR messages",
+    "--log-format": "default: I1123 23:55:35.123456 <pid> <file>:<line>] ...; ISO8601: 2026-11-23T23:55:35Z I ...",
+    "--log-file": "write the log to this file (appended to) instead of standard error",
     "--rate-limit": "execution_count: run instances only while their rate-limiter resources are free",
     "--rate-limit-resource": "a resource's count, per device or global (repeatable)",
     "--http-header-forward-pattern": "request headers whose names match this regular expression become "

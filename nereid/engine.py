@@ -23,6 +23,7 @@ from nereid.engine_client import (
     TensorMetadata,
 )
 from nereid.errors import DecoupledModel, InvalidArgument, Unavailable
+from nereid.log_settings import LogSettings, ServerLog
 from nereid.repository import ModelManager, ModelVersion
 from nereid.settings import ServerSettings
 from nereid.shared_memory import SharedMemoryRegistry
@@ -42,13 +43,16 @@ EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "trace",
+    "logging",
 )
 
 
 class Engine:
-    def __init__(self, settings: ServerSettings, models: ModelManager) -> None:
+    def __init__(self, settings: ServerSettings, models: ModelManager, log: ServerLog | None = None) -> None:
         self._settings = settings
         self.models = models
+        # the server's log, whose settings the logging extension reads and changes
+        self.log = log if log is not None else ServerLog(settings.log, settings.log_escape)
         self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
         # for models whose config enables `response_cache`; None without --cache-config
         self._cache = create_cache(settings.response_cache) if settings.response_cache else None
@@ -165,9 +169,17 @@ class Engine:
                 m.scheduler.pending(),
                 m.statistics,
                 m.response_cache and self._cache is not None,
+                m.load_duration_s,
             )
             for m in self.models.loaded()
         ]
+
+    # logging extension
+    def log_settings(self) -> LogSettings:
+        return self.log.settings
+
+    def update_log_settings(self, values: dict[str, Any], typed: bool = False) -> LogSettings:
+        return self.log.update(values, typed)
 
     # trace extension
     def trace_setting(self, model_name: str = "", update: SettingUpdate | None = None) -> SettingAnswer:

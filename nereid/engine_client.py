@@ -20,6 +20,7 @@ from nereid.types import InferRequest, InferResponse, StreamEvent
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
+    from nereid.log_settings import LogSettings
     from nereid.statistics import ModelStatistics
     from nereid.tracing import SettingAnswer, SettingUpdate, TraceManager
 
@@ -85,6 +86,7 @@ class ModelMetrics:
     pending: int
     statistics: ModelStatistics
     response_cache: bool = False  # its responses are cached: the nv_cache_* families report it
+    load_duration_s: float = 0.0  # how long it took to load (nv_model_load_duration_secs)
 
 
 class ModelServices(Protocol):
@@ -138,6 +140,13 @@ class EngineClient(ModelServices, Protocol):
         ...
 
     def model_metrics(self) -> list[ModelMetrics]: ...
+
+    # logging extension
+    def log_settings(self) -> LogSettings: ...
+
+    def update_log_settings(self, values: dict[str, Any], typed: bool = False) -> LogSettings:
+        """Apply what a client sent (Triton's checks and texts); `typed`: gRPC's typed values."""
+        ...
 
     # shared memory registry; a name None means every region
     def system_shared_memory_status(self, name: str | None = None) -> list[SystemSharedMemoryRegion]: ...

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from nereid.custom_metrics import HISTOGRAM, CustomFamily, CustomMetrics
 from nereid.engine_client import EngineClient, ModelMetrics
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.settings import MetricsConfig
@@ -40,9 +42,22 @@ class Family:
 
 
 def _sample(name: str, labels: Labels, value: float) -> str:
-    text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-    number = repr(value) if isinstance(value, float) else str(value)
+    # labels sorted, a histogram's `le` and a summary's `quantile` last, as Triton's exporter writes them
+    items = sorted(labels.items(), key=lambda item: (item[0] in ("le", "quantile"), item[0]))
+    text = ",".join(f'{k}="{_escape(v)}"' for k, v in items)
+    number = number_text(value)
     return f"{name}{{{text}}} {number}" if text else f"{name} {number}"
+
+
+def number_text(value: float) -> str:
+    """A sample value as Prometheus' exporters write it: whole numbers without a fraction."""
+    if isinstance(value, int):
+        return str(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    return str(int(value)) if value.is_integer() and abs(value) < 2**63 else repr(value)
 
 
 def _escape(value: str) -> str:
@@ -168,11 +183,16 @@ _SUMMARIES = (
 
 class MetricsExporter:
     def __init__(
-        self, engine: EngineClient, cpu_metrics: bool = True, config: MetricsConfig | None = None
+        self,
+        engine: EngineClient,
+        cpu_metrics: bool = True,
+        config: MetricsConfig | None = None,
+        custom: CustomMetrics | None = None,
     ) -> None:
         self._engine = engine
         self._cpu = CpuSampler() if cpu_metrics else None
         self._config = config or MetricsConfig()
+        self._custom = custom  # the families model code creates (pb_utils.MetricFamily)
 
     async def sample_forever(self, interval_s: float) -> None:
         """Refresh the gauges Triton refreshes on --metrics-interval-ms."""
@@ -206,10 +226,13 @@ class MetricsExporter:
                 failure.samples.append(({**labels, "reason": reason}, model.statistics.failures[reason]))
             pending.samples.append((labels, model.pending))
         families.append(pending)
+        families += _load_and_first_response_families(models)
         families += self._cpu_families()
         families += self._summary_families(models)
         families += _batching_families(models)
         families += _cache_families(models)
+        if self._custom is not None:
+            families += [_custom_family(f) for f in self._custom.snapshot()]
         return families
 
     def _summary_families(self, models: list[ModelMetrics]) -> list[Family]:
@@ -260,6 +283,37 @@ class MetricsExporter:
         return ("\n".join(f.render() for f in self.families()) + "\n").encode()
 
 
+def _load_and_first_response_families(models: list[ModelMetrics]) -> list[Family]:
+    load = Family("nv_model_load_duration_secs", "Model load time in seconds", "gauge")
+    first = Family(
+        "nv_inference_first_response_histogram_ms",
+        "Duration from request to first response in milliseconds",
+        "histogram",
+    )
+    for model in models:
+        labels = _labels(model)
+        load.samples.append((labels, round(model.load_duration_s, 9)))
+        histogram = model.statistics.first_response
+        if histogram is not None:  # --metrics-config histogram_latencies=true
+            counts = list(histogram.counts)
+            first.suffixed += _fixed_buckets(labels, histogram.bounds, counts, histogram.sum, histogram.count)
+    return [load, first] if first.suffixed else [load]
+
+
+def _custom_family(family: CustomFamily) -> Family:
+    """A family model code made: its series as they are, with the labels it gave them."""
+    rendered = Family(family.name, family.description, family.type)
+    for series in family.series.values():
+        labels = dict(series.labels)
+        if family.kind == HISTOGRAM:
+            rendered.suffixed += _fixed_buckets(
+                labels, series.buckets, series.counts, series.value, series.count
+            )
+        else:
+            rendered.samples.append((labels, series.value))
+    return rendered
+
+
 def _batching_families(models: list[ModelMetrics]) -> list[Family]:
     """Nereid's own histograms, which show why batches are small: how large each execution was, and how
     long requests waited in the queue for one (see docs/batching.md)."""
@@ -303,17 +357,18 @@ def _batching_families(models: list[ModelMetrics]) -> list[Family]:
 
 
 def _buckets(
-    labels: Labels, bounds: list[int], cumulative: list[int], total: int, sum_: float, count: int
+    labels: Labels, bounds: Sequence[float], cumulative: list[int], total: int, sum_: float, count: int
 ) -> list[tuple[str, Labels, float]]:
     rows: list[tuple[str, Labels, float]] = [
-        ("_bucket", {**labels, "le": str(bound)}, n) for bound, n in zip(bounds, cumulative, strict=True)
+        ("_bucket", {**labels, "le": number_text(bound)}, n)
+        for bound, n in zip(bounds, cumulative, strict=True)
     ]
     rows += [("_bucket", {**labels, "le": "+Inf"}, total), ("_sum", labels, sum_), ("_count", labels, count)]
     return rows
 
 
 def _fixed_buckets(
-    labels: Labels, bounds: tuple[int, ...], per_bucket: list[int], sum_: float, count: int
+    labels: Labels, bounds: Sequence[float], per_bucket: list[int], sum_: float, count: int
 ) -> list[tuple[str, Labels, float]]:
     """A histogram kept as counts per bucket (the last one +Inf), not cumulative."""
     cumulative = list(itertools.accumulate(per_bucket))

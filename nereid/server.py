@@ -21,6 +21,7 @@ from nereid.engine import Engine
 from nereid.errors import NereidError, Unavailable
 from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
+from nereid.log_settings import ServerLog
 from nereid.metrics import MetricsExporter, handle_metrics
 from nereid.repository import ModelManager
 from nereid.repository.manager import RepositoryMissing
@@ -29,9 +30,9 @@ from nereid.settings import ServerSettings
 log = logging.getLogger("nereid")
 
 
-def build_engine(settings: ServerSettings) -> Engine:
+def build_engine(settings: ServerSettings, server_log: ServerLog | None = None) -> Engine:
     models = ModelManager(settings)
-    engine = Engine(settings, models)
+    engine = Engine(settings, models, server_log)
     try:
         models.start(engine)  # model code (ensemble steps, BLS) calls back into the engine
     except RepositoryMissing as exc:
@@ -40,7 +41,7 @@ def build_engine(settings: ServerSettings) -> Engine:
         # As Triton: the server failed to initialize, yet with --exit-on-error=false it keeps its endpoints
         # up (metadata answers; live and ready say false) and loads nothing.
         log.error("failed to initialize: %s", exc.message)
-        return _UninitializedEngine(settings, models)
+        return _UninitializedEngine(settings, models, server_log)
     return engine
 
 
@@ -67,23 +68,21 @@ def model_table(engine: Engine) -> str:
 
 
 def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO,
-        format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
-        stream=sys.stderr,
-    )
-    # --log-verbose is about Nereid's own work, not the libraries' event-loop chatter
-    for noisy in ("grpc", "asyncio"):
-        logging.getLogger(noisy).setLevel(logging.INFO)
+    server_log = ServerLog(settings.log, settings.log_escape)
+    try:
+        server_log.install()  # in Triton's line format; --log-verbose concerns Nereid, not its libraries
+    except NereidError as exc:
+        print(f"nereid: {exc.message}", file=sys.stderr)
+        return 1
     log.info("Nereid %s (Triton protocol %s) starting", __version__, TRITON_PROTOCOL_VERSION)
     for warning in warnings or []:
         log.warning(warning)
     try:
-        engine = build_engine(settings)
+        engine = build_engine(settings, server_log)
     except NereidError as exc:
         log.error("%s", exc.message)
         return 1
-    print(model_table(engine), flush=True)
+    log.info("", extra={"triton_object": model_table(engine)})  # a multi-line entry, as Triton's table
     shutdown = _Shutdown()
     code = 1
     try:
@@ -168,7 +167,9 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
                 ) from None
             log.info("Started HTTPService at %s:%d", settings.http_address, http.port)
         if settings.allow_metrics:
-            exporter = MetricsExporter(engine, settings.allow_cpu_metrics, settings.metrics_config)
+            exporter = MetricsExporter(
+                engine, settings.allow_cpu_metrics, settings.metrics_config, engine.models.custom_metrics
+            )
             metrics = HttpServer(partial(handle_metrics, exporter), error_response, 64 * 1024)
             try:
                 await metrics.start(settings.metrics_address, settings.metrics_port)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nereid.latency_summary import DEFAULT_QUANTILES
+from nereid.log_settings import LogSettings
 from nereid.tracing.config import TraceConfig
 
 # API groups that --http-restricted-api / --grpc-restricted-protocol can put behind a header.
@@ -66,6 +67,7 @@ class MetricsConfig:
     counter_latencies: bool = True  # the nv_inference_*_duration_us counters
     summary_latencies: bool = False  # the nv_inference_*_summary_us summaries
     summary_quantiles: tuple[float, ...] = tuple(q for q, _ in DEFAULT_QUANTILES)
+    histogram_latencies: bool = False  # nv_inference_first_response_histogram_ms
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,8 @@ class ServerSettings:
     strict_readiness: bool = True
     exit_on_error: bool = True
     exit_timeout_secs: int = 30
-    log_verbose: int = 0
+    log: LogSettings = field(default_factory=LogSettings)  # --log-* flags; changed at run time by /v2/logging
+    log_escape: bool = True  # TRITON_SERVER_ESCAPE_LOG_MESSAGES: messages written as JSON strings
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     # --rate-limit=execution_count: executions wait for the resources their instance group names
     rate_limit: bool = False

@@ -43,6 +43,28 @@ REQUEST_DURATION_BUCKETS_US = (
 )  # fmt: skip
 
 
+# Triton's default buckets of nv_inference_first_response_histogram_ms (a config's `model_metrics` may
+# name others).
+FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
+
+
+class Histogram:
+    """Observations counted per bucket (the last one +Inf), with their sum: one Prometheus histogram."""
+
+    __slots__ = ("bounds", "counts", "sum", "count")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0
+        self.count = 0
+
+    def observe(self, value: int) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+
 @dataclass(slots=True)
 class RequestTiming:
     """Filled in by a scheduler for one request: how long it queued and how long its execution ran."""
@@ -75,8 +97,14 @@ class _BatchStats:
 class ModelStatistics:
     """What Triton reports for one model version: requests, executions and where their time went."""
 
-    def __init__(self, summaries: bool = False) -> None:
+    def __init__(
+        self, summaries: bool = False, first_response_buckets: tuple[float, ...] | None = None
+    ) -> None:
         self._lock = threading.Lock()
+        # time to first response, in whole milliseconds, when --metrics-config histogram_latencies=true
+        self.first_response = (
+            Histogram(first_response_buckets) if first_response_buckets is not None else None
+        )
         # quantiles of each latency, when --metrics-config summary_latencies=true asks for them
         self.summaries = LatencySummaries() if summaries else None
         self.last_inference_ms = 0  # wall clock, milliseconds since the epoch
@@ -172,6 +200,12 @@ class ModelStatistics:
             self.success.add(request_ns)
             self.queue.add(queue_ns)
             self.cache_hit.add(lookup_ns)
+
+    def record_first_response(self, request_ns: int) -> None:
+        histogram = self.first_response
+        if histogram is not None:
+            with self._lock:
+                histogram.observe(request_ns // 1_000_000)
 
     def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
         with self._lock:

@@ -31,9 +31,13 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
     try:
         execution = asyncio.ensure_future(model.scheduler.execute(admission.backend, admission.timing))
         execution.add_done_callback(lambda done: _executed(done, stream))
+        first = True
         try:
             while True:
                 result, final = await stream.get()
+                if first and result is not None:
+                    first = False
+                    admission.responded()
                 if isinstance(result, NereidError):
                     yield StreamEvent(None, result, final)
                 elif result is None:

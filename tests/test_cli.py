@@ -48,9 +48,9 @@ def test_values_in_triton_style() -> None:
 
 
 def test_flags_of_later_versions_are_reported_not_ignored() -> None:
-    _, warnings = parse_settings(["--model-repository=/a", "--log-file=x.log", "--rate-limit-resource=R:1"])
+    _, warnings = parse_settings(["--model-repository=/a", "--host-policy=x", "--rate-limit-resource=R:1"])
     assert warnings == [
-        "--log-file is not supported yet and has no effect",
+        "--host-policy is not supported yet and has no effect",
         "--rate-limit-resource has no effect unless --rate-limit=execution_count",
     ]
 
@@ -167,14 +167,13 @@ def test_metrics_config() -> None:
             "--metrics-config=counter_latencies=false",
             "--metrics-config=summary_quantiles=0.5:0.05,0.999:0.0001",
             "--metrics-config=histogram_latencies=true",
+            "--metrics-config=gauge_latencies=true",
         ]
     )
     config = settings.metrics_config
-    assert config.summary_latencies and not config.counter_latencies
+    assert config.summary_latencies and not config.counter_latencies and config.histogram_latencies
     assert config.summary_quantiles == (0.5, 0.999)
-    assert warnings == [
-        "--metrics-config histogram_latencies is not a setting Nereid acts on; it has no effect"
-    ]
+    assert warnings == ["--metrics-config gauge_latencies is not a setting Nereid acts on; it has no effect"]
 
 
 def test_every_triton_flag_is_accepted_and_those_without_effect_are_named() -> None:

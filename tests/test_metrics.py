@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import threading
 import urllib.error
 import urllib.request
@@ -80,8 +81,8 @@ def test_summaries_replace_counters_when_configured() -> None:
             assert samples[f'nv_inference_{family}_summary_us_count{{model="simple",version="1"}}'] == 3
         infer_sum = samples['nv_inference_compute_infer_summary_us_sum{model="simple",version="1"}']
         assert infer_sum == pytest.approx(stats["inference_stats"]["compute_infer"]["ns"] / 1000)
-        median = samples['nv_inference_compute_infer_summary_us{model="simple",quantile="0.5",version="1"}']
-        largest = samples['nv_inference_compute_infer_summary_us{model="simple",quantile="1.0",version="1"}']
+        median = samples['nv_inference_compute_infer_summary_us{model="simple",version="1",quantile="0.5"}']
+        largest = samples['nv_inference_compute_infer_summary_us{model="simple",version="1",quantile="1.0"}']
         assert 0 < median <= largest <= infer_sum
     finally:
         engine.shutdown()
@@ -94,16 +95,16 @@ def test_batch_size_and_queue_delay_histograms() -> None:
             asyncio.run(engine.infer(_request(rows)))
         samples = _samples(MetricsExporter(engine).render().decode())
         label = 'model="simple",version="1"'
-        buckets = {le: samples[f'nereid_inference_batch_size_bucket{{le="{le}",{label}}}'] for le in "1248"}
+        buckets = {le: samples[f'nereid_inference_batch_size_bucket{{{label},le="{le}"}}'] for le in "1248"}
         assert buckets == {"1": 2, "2": 2, "4": 3, "8": 3}  # `simple` has max_batch_size 8
-        assert samples[f'nereid_inference_batch_size_bucket{{le="+Inf",{label}}}'] == 3
+        assert samples[f'nereid_inference_batch_size_bucket{{{label},le="+Inf"}}'] == 3
         assert samples[f"nereid_inference_batch_size_sum{{{label}}}"] == 5
         assert samples[f"nereid_inference_batch_size_count{{{label}}}"] == 3
         assert samples[f"nereid_inference_queue_delay_us_count{{{label}}}"] == 3
-        assert samples[f'nereid_inference_queue_delay_us_bucket{{le="+Inf",{label}}}'] == 3
-        assert samples[f'nereid_inference_request_duration_us_bucket{{le="+Inf",{label}}}'] == 3
-        assert samples[f'nereid_inference_request_duration_us_bucket{{le="10000000",{label}}}'] == 3
-        assert samples[f'nereid_inference_request_duration_us_bucket{{le="25",{label}}}'] <= 3
+        assert samples[f'nereid_inference_queue_delay_us_bucket{{{label},le="+Inf"}}'] == 3
+        assert samples[f'nereid_inference_request_duration_us_bucket{{{label},le="+Inf"}}'] == 3
+        assert samples[f'nereid_inference_request_duration_us_bucket{{{label},le="10000000"}}'] == 3
+        assert samples[f'nereid_inference_request_duration_us_bucket{{{label},le="25"}}'] <= 3
         assert samples[f"nereid_inference_request_duration_us_count{{{label}}}"] == 3
     finally:
         engine.shutdown()
@@ -151,3 +152,75 @@ def test_metrics_port_under_concurrent_clients(tmp_path: Path) -> None:
             urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/nothing", timeout=10)
     finally:
         stop(server.process)
+
+
+def test_first_response_histogram_only_when_histograms_are_on(tmp_path: Path) -> None:
+    engine = build_engine(ServerSettings(model_repositories=(EXAMPLES,)))
+    try:
+        asyncio.run(engine.infer(_request(1)))
+        assert "nv_inference_first_response_histogram_ms" not in MetricsExporter(engine).render().decode()
+    finally:
+        engine.shutdown()
+    # a model's `model_metrics` may name the buckets, as in Triton
+    shutil.copytree(EXAMPLES / "simple", tmp_path / "simple")
+    config = tmp_path / "simple" / "config.pbtxt"
+    config.write_text(
+        config.read_text() + "\nmodel_metrics { metric_control [ { metric_identifier { family: "
+        '"nv_inference_first_response_histogram_ms" } histogram_options { buckets: [ 10, 1, 60000 ] } } ] }\n'
+    )
+    settings = ServerSettings(
+        model_repositories=(tmp_path,), metrics_config=MetricsConfig(histogram_latencies=True)
+    )
+    engine = build_engine(settings)
+    try:
+        for _ in range(2):
+            asyncio.run(engine.infer(_request(1)))
+        text = MetricsExporter(engine).render().decode()
+        assert "# TYPE nv_inference_first_response_histogram_ms histogram" in text
+        samples = _samples(text)
+        label = 'model="simple",version="1"'
+        assert samples[f"nv_inference_first_response_histogram_ms_count{{{label}}}"] == 2
+        assert samples[f'nv_inference_first_response_histogram_ms_bucket{{{label},le="60000"}}'] == 2
+        assert samples[f'nv_inference_first_response_histogram_ms_bucket{{{label},le="+Inf"}}'] == 2
+        assert re.findall(r'first_response_histogram_ms_bucket\{[^}]*le="([^"]+)"', text) == [
+            "1",
+            "10",
+            "60000",
+            "+Inf",
+        ]
+        assert samples[f"nv_model_load_duration_secs{{{label}}}"] > 0
+    finally:
+        engine.shutdown()
+
+
+def test_a_decoupled_model_counts_its_first_response_once(tmp_path: Path) -> None:
+    (tmp_path / "repeat" / "1").mkdir(parents=True)
+    (tmp_path / "repeat" / "config.pbtxt").write_text(
+        'backend: "repeat"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n'
+        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },\n'
+        '  { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },\n'
+        '  { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },\n'
+        '  { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]\n'
+    )
+    settings = ServerSettings(
+        model_repositories=(tmp_path,), metrics_config=MetricsConfig(histogram_latencies=True)
+    )
+    engine = build_engine(settings)
+    values = {"IN": ("INT32", [4, 5, 6]), "DELAY": ("UINT32", [0, 0, 0]), "WAIT": ("UINT32", [0])}
+    tensors = [
+        InferTensor(
+            name, datatype, (len(data),), np.array(data, dtype=np.int32 if datatype == "INT32" else np.uint32)
+        )
+        for name, (datatype, data) in values.items()
+    ]
+
+    async def stream() -> int:
+        return len([event async for event in engine.infer_stream(InferRequest("repeat", "", tensors))])
+
+    try:
+        assert asyncio.run(stream()) >= 3
+        samples = _samples(MetricsExporter(engine).render().decode())
+        assert samples['nv_inference_first_response_histogram_ms_count{model="repeat",version="1"}'] == 1
+    finally:
+        engine.shutdown()

@@ -16,6 +16,7 @@ from nereid.types import SEQUENCE_START as SEQUENCE_START
 
 if TYPE_CHECKING:
     from nereid.backends.responses import ResponseStream
+    from nereid.custom_metrics import CustomMetrics
     from nereid.engine_client import ModelServices
     from nereid.tracing.trace import RequestTrace
 
@@ -41,6 +42,7 @@ class InstanceSpec:
     device_id: int
     backend_config: Mapping[str, str] = field(default_factory=dict)  # --backend-config for this backend
     server: ModelServices | None = None  # what model code calls back into (BLS); None: no server runs
+    custom_metrics: CustomMetrics | None = None  # where model code's metric families go (pb_utils)
 
 
 # Not frozen: one is built per request, and a frozen dataclass's __init__ costs several times as much.

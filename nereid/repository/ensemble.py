@@ -3,6 +3,7 @@ ModelVersion per version folder with an EnsembleScheduler. Texts of the checks a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ def load_ensemble(
     serving: Mapping[int, ModelVersion] | None,
 ) -> None:
     """Fill `result` with the ensemble's versions, or with why it cannot load."""
+    started = time.monotonic()
     name = source.name
     if not config.name:
         config.name = name
@@ -80,6 +82,7 @@ def load_ensemble(
             output_names=_production_order(config, steps),
             required_inputs=tuple(i.name for i in config.input if not i.optional),
             ensemble=True,
+            load_duration_s=time.monotonic() - started,
         )
 
 

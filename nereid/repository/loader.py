@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends import BACKEND_PLATFORMS, InstanceSpec, backend_name, get_backend
 from nereid.backends.base import AsyncModelInstance, Backend, ModelInstance
+from nereid.custom_metrics import CustomMetrics
 from nereid.engine_client import ModelServices
 from nereid.errors import ModelConfigError, NereidError, Unavailable
 from nereid.model_config import ConfigSource, config_from_json, config_to_json, read_config, validate_config
@@ -25,7 +27,7 @@ from nereid.scheduling.ensemble import EnsembleMembers
 from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.scheduling.warmup import warm_up, warmup_samples
 from nereid.settings import ServerSettings
-from nereid.statistics import ModelStatistics
+from nereid.statistics import FIRST_RESPONSE_BUCKETS_MS, ModelStatistics
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +50,13 @@ def load_model(
     members: EnsembleMembers | None = None,
     limiter: RateLimiter | None = None,
     server: ModelServices | None = None,
+    custom_metrics: CustomMetrics | None = None,
 ) -> LoadResult:
     """Load the versions the policy selects. `config_override` is a JSON ModelConfig that replaces
     config.pbtxt; a version in `serving` whose config, files and labels are unchanged is kept as is.
     Ensembles load only given `members`, the composing models they are checked against and call.
-    `server` is what the instances' model code calls back into (BLS)."""
+    `server` is what the instances' model code calls back into (BLS); `custom_metrics` where its metric
+    families go."""
     result = LoadResult(source.name, {}, {})
     if source.duplicate_of is not None:
         result.failures[None] = (
@@ -96,6 +100,7 @@ def load_model(
                 settings,
                 limiter,
                 server,
+                custom_metrics,
             )
         except NereidError as exc:
             result.failures[version] = exc.message
@@ -193,6 +198,15 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
         optimization.output_pinned_memory.enable = True
 
 
+def first_response_buckets(config: mc.ModelConfig) -> tuple[float, ...]:
+    """The buckets of nv_inference_first_response_histogram_ms: the config's `model_metrics` may name
+    others, as in Triton."""
+    for control in config.model_metrics.metric_control:
+        if control.metric_identifier.family == "nv_inference_first_response_histogram_ms":
+            return tuple(sorted(set(control.histogram_options.buckets)))
+    return FIRST_RESPONSE_BUCKETS_MS
+
+
 def _load_version(
     source: ModelSource,
     config: mc.ModelConfig,
@@ -205,7 +219,9 @@ def _load_version(
     settings: ServerSettings,
     limiter: RateLimiter | None,
     server: ModelServices | None = None,
+    custom_metrics: CustomMetrics | None = None,
 ) -> ModelVersion:
+    started = time.monotonic()
     version_dir = folders[version]
     model_file = version_dir / config.default_model_filename
     # A backend that names no model file (identity, sequence, Python-based backends) needs none, whatever
@@ -240,6 +256,7 @@ def _load_version(
                         device_id=device_id,
                         backend_config=backend_config,
                         server=server,
+                        custom_metrics=custom_metrics,
                     )
                     instances.append(backend.create_instance(spec))
                     claims.append(Claim.for_group(f"{source.name}:{spec.instance_name}", group, device_id))
@@ -247,7 +264,12 @@ def _load_version(
         for instance in instances:
             instance.close()
         raise
-    statistics = ModelStatistics(summaries=settings.metrics_config.summary_latencies)
+    statistics = ModelStatistics(
+        summaries=settings.metrics_config.summary_latencies,
+        first_response_buckets=first_response_buckets(config)
+        if settings.metrics_config.histogram_latencies
+        else None,
+    )
     label = f"'{source.name}' version {version}"
     try:
         scheduler = create_scheduler(label, config, instances, statistics, source.path, limiter, claims)
@@ -273,4 +295,5 @@ def _load_version(
         output_names=tuple(o.name for o in config.output),
         required_inputs=tuple(i.name for i in config.input if not i.optional),
         fingerprint=fingerprint,
+        load_duration_s=time.monotonic() - started,
     )

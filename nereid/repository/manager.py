@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from nereid.custom_metrics import CustomMetrics
 from nereid.engine_client import ModelServices
 from nereid.errors import InvalidArgument, NereidError, NotFound, PollFailed, Unavailable
 from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members
@@ -85,6 +86,8 @@ class ModelManager:
         # What model code calls back into (ensemble steps, BLS), given to `start`; None: nothing (models
         # load, but ensembles and BLS calls fail).
         self._server: ModelServices | None = None
+        # The metric families model code creates (pb_utils.MetricFamily), exported on /metrics.
+        self.custom_metrics = CustomMetrics()
         # Ensembles reach their composing models through this.
         self.members = EnsembleMembers(self.get)
         self._ensembles: dict[str, frozenset[str]] = {}  # ensemble -> the models its steps call
@@ -164,7 +167,14 @@ class ModelManager:
         members: EnsembleMembers | None = None,
     ) -> LoadResult:
         result = load_model(
-            source, self._settings, config, serving, members, limiter=self._limiter, server=self._server
+            source,
+            self._settings,
+            config,
+            serving,
+            members,
+            limiter=self._limiter,
+            server=self._server,
+            custom_metrics=self.custom_metrics,
         )
         for mirror in self._mirrors:  # reasons name the model's place in the bucket, not the local copy
             remote = mirror.remote_path(source.path)

@@ -46,6 +46,7 @@ class ModelVersion:
     statistics: ModelStatistics = field(default_factory=ModelStatistics)  # shared with its scheduler
     fingerprint: str = ""  # of its version folder and label files: unchanged means it can keep serving
     ensemble: bool = False  # its responses echo the sequence parameters, as Triton's ensembles do
+    load_duration_s: float = 0.0  # from the start of its load to ready (nv_model_load_duration_secs)
     # Read on every request, so computed once rather than from the protobuf config each time.
     max_batch_size: int = field(init=False)
     decoupled: bool = field(init=False)  # responses come through streams (model_transaction_policy)

@@ -11,7 +11,7 @@ behind the others.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,7 @@ class Decision:
     run: tuple[int, ...]
     reject: tuple[int, ...] = ()
     wake_at: float | None = None
+    reason: str = field(default="", compare=False)  # why `run` was cut where it was (the verbose log)
 
 
 def order(queue: Sequence[Pending], now: float) -> list[int]:
@@ -70,24 +71,36 @@ def decide(queue: Sequence[Pending], now: float, policy: BatchPolicy, instance_f
     size = 0
     first_shape = queue[candidates[0]].shape
     sizes_reached: list[tuple[int, int]] = []  # (batch size, requests taken) at each step
+    stopped = ""  # why the next request cannot join: the batch cannot grow
     for i in candidates:
         request = queue[i]
         if size + request.batch_size > policy.max_batch_size and batch:
+            stopped = f"the next request would exceed max_batch_size {policy.max_batch_size}"
             break
         if batch and request.shape != first_shape:
+            stopped = "the next request's input shapes differ (shape mismatch)"
             break
         batch.append(i)
         size += request.batch_size
         sizes_reached.append((size, len(batch)))
         if size >= policy.max_batch_size:
-            return Decision(tuple(batch), reject)
-    preferred = [count for reached, count in sizes_reached if reached in policy.preferred_batch_sizes]
+            return Decision(tuple(batch), reject, reason=f"reached max_batch_size {policy.max_batch_size}")
+    preferred = [
+        (reached, count) for reached, count in sizes_reached if reached in policy.preferred_batch_sizes
+    ]
     if preferred:  # the largest preferred size it can form goes at once
-        return Decision(tuple(batch[: preferred[-1]]), reject)
-    full = len(batch) < len(candidates)  # the next request cannot join: this batch cannot grow
+        reached, count = preferred[-1]
+        return Decision(tuple(batch[:count]), reject, reason=f"reached preferred batch size {reached}")
     due = min(queue[i].arrival for i in batch) + policy.max_queue_delay_s
-    if full or now >= due:
-        return Decision(tuple(batch), reject)
+    if stopped:
+        return Decision(tuple(batch), reject, reason=stopped)
+    if now >= due:
+        waited = (
+            "max_queue_delay_microseconds is 0"
+            if policy.max_queue_delay_s == 0
+            else ("the oldest request waited max_queue_delay_microseconds")
+        )
+        return Decision(tuple(batch), reject, reason=f"{waited} ({len(queue) - len(rejected)} queued)")
     deadline = _next_deadline(queue, now, rejected)
     return Decision((), reject, due if deadline is None else min(due, deadline))
 

@@ -11,6 +11,7 @@ woken (a queue delay or a timeout falling due). Where each batch runs is the ins
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.statistics import ModelStatistics, RequestTiming
 
 Clock = Callable[[], float]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +232,14 @@ class DynamicBatcher:
                 self._arm(decision.wake_at)
                 return
             self._remove(chosen)
+            if log.isEnabledFor(logging.DEBUG):  # --log-verbose: why batches are the size they are
+                log.debug(
+                    "model %s: batch of %d request(s), %d element(s): %s",
+                    self._label,
+                    len(chosen),
+                    sum(e.pending.batch_size for e in chosen),
+                    decision.reason,
+                )
             self._dispatch(instance, chosen)
 
     def _arm(self, wake_at: float | None) -> None:

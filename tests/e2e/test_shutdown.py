@@ -108,7 +108,7 @@ def test_exit_within_the_timeout_with_a_hung_model_and_the_request_answered(
         assert status == 503 and b"the server is stopping" in body, answers
         log = server.log()
         assert "killed 1 Python worker process" in log
-        assert log.rstrip().endswith("Nereid stopped"), log
+        assert log.rstrip().endswith('"Nereid stopped"'), log
     finally:
         stop(server.process)
 

@@ -88,6 +88,8 @@ def test_methods_and_routes(app: HttpFrontend) -> None:
     assert _call(app, "GET", "/v2/models/simple/versions/x").json() == {"error": "Not Found"}
     assert _call(app, "GET", "/v2/trace/setting").status == 200
     assert _call(app, "PUT", "/v2/trace/setting").status == 405
+    assert _call(app, "GET", "/v2/logging").json()["log_verbose_level"] == 0
+    assert _call(app, "PUT", "/v2/logging").status == 405
     assert _call(app, "GET", "/v2/models/simple/versions/1/trace/setting").status == 404  # no versions
     assert _call(app, "POST", "/v2/models/stats").status == 405
 

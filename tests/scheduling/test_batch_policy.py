@@ -67,3 +67,22 @@ def test_nothing_runs_while_no_instance_is_free_but_timeouts_still_reject() -> N
     queue = [Pending(1, (), 0.0, deadline=0.5), Pending(1, (), 0.1)]
     decision = decide(queue, now=0.6, policy=BatchPolicy(max_batch_size=4), instance_free=False)
     assert decision.run == () and decision.reject == (0,)
+
+
+def test_each_batch_says_why_it_was_cut_there() -> None:
+    """The verbose log's reasons: maximum, preferred size, queue delay, the next request not fitting."""
+    full = BatchPolicy(max_batch_size=2)
+    assert decide(_queue(1, 1, 1), now=0.0, policy=full).reason == "reached max_batch_size 2"
+    assert decide(_queue(1, 2), now=0.0, policy=full).reason == (
+        "the next request would exceed max_batch_size 2"
+    )
+    preferred = BatchPolicy(max_batch_size=8, preferred_batch_sizes=(2,), max_queue_delay_s=1.0)
+    assert decide(_queue(1, 1, 1), now=0.0, policy=preferred).reason == "reached preferred batch size 2"
+    mixed = [Pending(1, (16,), 0.0), Pending(1, (32,), 0.1)]
+    assert "shape mismatch" in decide(mixed, now=0.0, policy=BatchPolicy(max_batch_size=8)).reason
+    no_delay = decide(_queue(1), now=0.0, policy=BatchPolicy(max_batch_size=8)).reason
+    assert no_delay == "max_queue_delay_microseconds is 0 (1 queued)"
+    delayed = BatchPolicy(max_batch_size=8, max_queue_delay_s=0.010)
+    assert decide(_queue(1), now=0.010, policy=delayed).reason.startswith(
+        "the oldest request waited max_queue_delay_microseconds"
+    )

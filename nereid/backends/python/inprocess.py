@@ -32,12 +32,13 @@ import orjson
 from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
 from nereid.backends.python.bls import control, infer_request, run_bls
 from nereid.backends.python.messages import ERRORS, instance_args, request_fields
-from nereid.backends.python.process import LOG_LEVELS
+from nereid.backends.python.process import model_log
 from nereid.backends.python.worker import pb_utils, wire
 from nereid.backends.python.worker.errors import status_name
 from nereid.backends.python.worker.stub import _check_responses as check_responses
 from nereid.backends.python.worker.stub import describe, import_model
 from nereid.backends.responses import ResponseStream
+from nereid.custom_metrics import MetricError, MetricsScope
 from nereid.engine_client import ModelServices
 from nereid.errors import InternalError, NereidError, Unavailable
 from nereid.types import InferResponse, InferTensor
@@ -61,16 +62,43 @@ def install(server: ModelServices | None) -> None:
 class InProcessHost:
     """pb_utils' way to the server for one model instance run in the server process."""
 
-    def __init__(self, label: str, model_dir: str, server: ModelServices | None) -> None:
+    def __init__(
+        self, label: str, model_dir: str, server: ModelServices | None, metrics: MetricsScope | None = None
+    ) -> None:
         self.label = label
         self.model_dir = model_dir
         self.server = server  # what BLS requests and model control go to
+        self.metrics = metrics  # the instance's custom metric handles
+        self._released: list[int] = []  # metric family handles to release (appended by finalizers)
         self.loop: asyncio.AbstractEventLoop | None = None  # the server's, once a request came
         self.streams: dict[int, ResponseStream] = {}  # a decoupled model's open requests
         self._stream_ids = itertools.count(1)
 
     def log(self, level: int, text: str) -> None:
-        log.log(LOG_LEVELS.get(level, logging.INFO), "%s: %s", self.label, text)
+        model_log(level, text, self.label)
+
+    # custom metrics: run in the registry at once (its lock is held for microseconds)
+    def metric(self, operation: str, args: tuple[Any, ...]) -> Any:
+        self.flush_releases()
+        if self.metrics is None:
+            raise pb_utils.TritonModelException("custom metrics are made by model code that the server runs")
+        try:
+            return self.metrics.call(operation, args)
+        except MetricError as exc:
+            raise pb_utils.TritonModelException(str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            raise pb_utils.TritonModelException(f"Invalid metric operation: {exc}") from None
+
+    def release_family(self, handle: int) -> None:
+        self._released.append(handle)  # not now: a finalizer may run while this thread holds the registry
+
+    def flush_releases(self) -> None:
+        released = self._released
+        if released and self.metrics is not None:
+            handles = []
+            while released:
+                handles.append(released.pop())
+            self.metrics.call("family_delete", handles)
 
     # BLS and model control: coroutines on the server's loop, waited for on the model's thread
     def _server_loop(self) -> asyncio.AbstractEventLoop:
@@ -163,7 +191,8 @@ class ThreadInstance:
         install(spec.server)
         self._name = spec.instance_name
         self._label = f"model '{spec.model_name}' instance '{spec.instance_name}'"
-        self._host = InProcessHost(self._label, str(spec.version_dir), spec.server)
+        self._metrics = spec.custom_metrics.scope() if spec.custom_metrics is not None else None
+        self._host = InProcessHost(self._label, str(spec.version_dir), spec.server, self._metrics)
         self._decoupled = spec.config.model_transaction_policy.decoupled
         self._lock = threading.Lock()  # model code runs one call at a time, as in a worker
         self._loop: asyncio.AbstractEventLoop | None = None  # for `async def` methods of the model
@@ -176,6 +205,8 @@ class ThreadInstance:
                 self._call(self._model.initialize, args)
         except BaseException as exc:
             self._forget_module()
+            if self._metrics is not None:
+                self._metrics.close()
             raise Unavailable(
                 f"failed to load model '{spec.model_name}': {describe(_trimmed(exc))}".rstrip()
             ) from None
@@ -261,6 +292,8 @@ class ThreadInstance:
                 stream.loop.call_soon_threadsafe(stream.put, error, True)
             except RuntimeError:
                 pass
+        if self._metrics is not None:
+            self._metrics.close()  # its families leave the metrics endpoint with it
         self._forget_module()
 
     # running model code
@@ -278,6 +311,7 @@ class ThreadInstance:
                 return self._loop.run_until_complete(value)
             finally:
                 pb_utils.bind_thread(previous)
+                self._host.flush_releases()
 
     def _close_streams(self, stream_ids: list[int]) -> None:
         for stream_id in stream_ids:

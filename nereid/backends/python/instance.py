@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from nereid.backends.base import BackendRequest, ExecutionDone, InstanceSpec
 from nereid.backends.python.bls import serve_bls, serve_control
-from nereid.backends.python.messages import decode_inline_result, decode_result, encode_request, instance_args
+from nereid.backends.python.messages import (
+    decode_inline_result,
+    decode_result,
+    encode_request,
+    instance_args,
+    metric_answer,
+)
 from nereid.backends.python.outbox import Outbox, send
 from nereid.backends.python.process import WorkerLaunch, WorkerProcess, exit_description, start_worker
 from nereid.backends.python.worker import wire
@@ -107,7 +113,15 @@ class PythonInstance:
         self._reason: str | None = None
         self._failed = False  # the worker died and could not be restarted
         self._closed = False
-        self._worker: WorkerProcess | None = self._start(spare)
+        # The custom metric handles the worker holds: released when it exits (with its families)
+        self._custom_metrics = spec.custom_metrics
+        self._metrics = spec.custom_metrics.scope() if spec.custom_metrics is not None else None
+        try:
+            self._worker: WorkerProcess | None = self._start(spare)
+        except BaseException:
+            if self._metrics is not None:
+                self._metrics.close()  # what a failed initialize made goes with it
+            raise
 
     # AsyncModelInstance
     def submit(self, requests: Sequence[BackendRequest], done: ExecutionDone) -> None:
@@ -170,6 +184,8 @@ class PythonInstance:
         if worker is not None:
             self._unbind(worker)
             worker.stop(self._launch.stub_timeout_s)
+        if self._metrics is not None:
+            self._metrics.close()
         self._post(self._fail_waiting, Unavailable(f"{self._label} was unloaded before answering"))
 
     # sending
@@ -370,6 +386,10 @@ class PythonInstance:
             self.pipeline_depth += 1
         elif kind == wire.LOG:
             worker.log_frame(frame)
+        elif kind == wire.METRIC:
+            answer = self._metric(frame)
+            if answer is not None:
+                self._write(worker, wire.encode(answer))
         elif kind == wire.READY_STATE:
             _, seq, ready, message = frame
             if message:
@@ -377,6 +397,9 @@ class PythonInstance:
             check = self._ready_checks.get(seq)
             if check is not None and not check.done():
                 check.set_result(ready)
+
+    def _metric(self, frame: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        return metric_answer(self._metrics, frame)
 
     def _call_done(self, task: asyncio.Task[None]) -> None:
         self._calls.discard(task)
@@ -420,7 +443,9 @@ class PythonInstance:
         worker.kill()
 
     def _start(self, spare: WorkerProcess | None = None) -> WorkerProcess:
-        worker, _ = start_worker(self._launch, self._label, self._init, Unavailable, spare=spare)
+        worker, _ = start_worker(
+            self._launch, self._label, self._init, Unavailable, spare=spare, on_metric=self._metric
+        )
         threading.Thread(
             target=self._watch, args=(worker,), name=f"{self._name}-worker-watch", daemon=True
         ).start()
@@ -450,6 +475,10 @@ class PythonInstance:
             log.error("%s: worker process %d %s; restarting it", self._label, worker.process.pid, cause)
             self._unbind(worker)
             worker.close_channel()
+            if self._metrics is not None and self._custom_metrics is not None:
+                # its families died with it; the new worker's initialize makes its own
+                self._metrics.close()
+                self._metrics = self._custom_metrics.scope()
             # Killed for the execute timeout, the worker was still on its oldest execution: those queued
             # behind it never began, and run on the new worker instead of failing with it (decoupled streams aside).
             queued: list[_Execution] = []

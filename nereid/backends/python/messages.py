@@ -8,6 +8,7 @@ import orjson
 
 from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
 from nereid.backends.python.worker import wire
+from nereid.custom_metrics import MetricError, MetricsScope
 from nereid.errors import (
     AlreadyExists,
     Cancelled,
@@ -102,3 +103,17 @@ def decode_result(arena: wire.Arena | None, result: tuple[Any, ...]) -> BackendR
         data = arena.array(datatype, shape, offset, nbytes)
         outputs[name] = data if datatype == "BYTES" else data.copy()  # out of the arena, which is reused
     return outputs
+
+
+def metric_answer(scope: MetricsScope | None, frame: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """Run a METRIC frame's operation; the CONTROL_DONE frame that answers it (None: no answer wanted)."""
+    _, call_id, operation, args = frame
+    try:
+        if scope is None:
+            raise MetricError("custom metrics are not available: this server exports no metrics")
+        value, ok = scope.call(operation, args), True
+    except MetricError as exc:
+        value, ok = str(exc), False
+    except (TypeError, ValueError) as exc:  # arguments model code got wrong (a label value not a string...)
+        value, ok = f"Invalid metric operation: {exc}", False
+    return None if call_id == 0 else (wire.CONTROL_DONE, call_id, ok, value)

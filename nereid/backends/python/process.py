@@ -17,6 +17,7 @@ from typing import Any
 
 from nereid.backends.python.worker import wire
 from nereid.errors import InternalError, Unavailable
+from nereid.log_settings import log_at
 
 log = logging.getLogger("nereid.backends.python")
 
@@ -24,6 +25,18 @@ WORKER_MAIN = Path(wire.__file__).resolve().parent / "__main__.py"
 
 # pb_utils.Logger levels -> logging levels
 LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
+
+
+def model_log(level: int, text: str, label: str) -> None:
+    """A pb_utils.Logger message (`<file>:<line>] <message>`), logged as from the model's file and line,
+    as Triton logs it; anything else with the instance's label."""
+    python_level = LOG_LEVELS.get(level, logging.INFO)
+    place, sep, message = text.partition("] ")
+    filename, colon, line = place.rpartition(":")
+    if sep and colon and line.isdigit():
+        log_at(log, python_level, filename, int(line), message)
+    else:
+        log.log(python_level, "%s: %s", label, text)
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,8 @@ class WorkerProcess:
     frames: list[tuple[Any, ...]] = field(default_factory=list)
     loop: asyncio.AbstractEventLoop | None = None  # the event loop watching the socket
     outbox: Any = None  # the frames the socket could not take yet (an Outbox, made on the loop)
+    # Answers custom metric operations (METRIC frames) that come during blocking exchanges (initialize)
+    on_metric: Callable[[tuple[Any, ...]], tuple[Any, ...] | None] | None = None
 
     @classmethod
     def spawn(cls, launch: WorkerLaunch, label: str) -> WorkerProcess:
@@ -120,6 +135,10 @@ class WorkerProcess:
                     frame = self.frames.pop(0)
                     if frame[0] == wire.LOG:
                         self.log_frame(frame)
+                    elif frame[0] == wire.METRIC:
+                        answer = self.on_metric(frame) if self.on_metric is not None else None
+                        if answer is not None:
+                            wire.send(self.sock, wire.encode(answer))
                     elif frame[0] in (expect, wire.ERROR):
                         return frame
                 frames = wire.receive(self.sock, self.reader)
@@ -140,7 +159,7 @@ class WorkerProcess:
 
     def log_frame(self, frame: tuple[Any, ...]) -> None:
         _, level, message = frame
-        log.log(LOG_LEVELS.get(level, logging.INFO), "%s: %s", self.label, message)
+        model_log(level, message, self.label)
 
     def stop(self, timeout_s: float) -> None:
         """Ask the worker to finalize and exit; kill it when it does not within the timeout. Idempotent."""
@@ -188,6 +207,7 @@ def start_worker(
     on_error: Callable[[str], Exception],
     expect: str = wire.READY,
     spare: WorkerProcess | None = None,
+    on_metric: Callable[[tuple[Any, ...]], tuple[Any, ...] | None] | None = None,
 ) -> tuple[WorkerProcess, tuple[Any, ...]]:
     """Spawn a worker (or take over a spare one) and send it a frame (INIT or AUTO_COMPLETE); returns the
     worker and its answer. On failure the worker is gone and `on_error` says why."""
@@ -197,6 +217,7 @@ def start_worker(
         worker.label = label
     else:
         worker = WorkerProcess.spawn(launch, label)
+    worker.on_metric = on_metric
     try:
         reply = worker.request(first, expect)
     except Unavailable as exc:

@@ -60,15 +60,10 @@ def _rpc(
     return handler
 
 
-def _later(rpc: str, feature: str) -> Callable[[Any, Any, Context], Awaitable[Any]]:
-    """The handler of an RPC whose feature comes in a later version."""
-    message = f"{rpc}: {feature} is not implemented by this server yet"
-
-    async def handler(self: Any, request: Any, context: Context) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
-
-    handler.__name__ = rpc
-    return handler
+def _setting_value(value: Any) -> Any:
+    """A LogSettings value as its type was set (None when none was)."""
+    kind = value.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(value, kind)
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -318,5 +313,19 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             response.settings[key].value.extend([value] if isinstance(value, str) else value)
         return response
 
-    # features of later versions: UNIMPLEMENTED, saying which
-    LogSettings = _later("LogSettings", "the logging extension")
+    # logging extension: an empty request reads the settings
+    @_rpc
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> pb.LogSettingsResponse:
+        values = {key: _setting_value(value) for key, value in request.settings.items()}
+        settings = self._engine.update_log_settings(values, typed=True) if values else None
+        response = pb.LogSettingsResponse()
+        for key, value in (settings or self._engine.log_settings()).as_dict().items():
+            field = (
+                "bool_param"
+                if isinstance(value, bool)
+                else "uint32_param"
+                if isinstance(value, int)
+                else "string_param"
+            )
+            setattr(response.settings[key], field, value)
+        return response

@@ -15,6 +15,7 @@ from nereid.engine_client import EngineClient, ModelMetadata
 from nereid.errors import (
     DecoupledModel,
     Forbidden,
+    InternalError,
     InvalidArgument,
     NereidError,
     Status,
@@ -78,7 +79,6 @@ _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(?:(index)|models/([^
 _SHARED_MEMORY_ROUTE = re.compile(
     r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
 )
-_LATER = re.compile(r"/v2/logging")
 _TRACE_ROUTE = re.compile(r"/v2(?:/models/([^/]+))?/trace/setting")
 _GROUP_BY_ACTION = {
     None: "metadata",
@@ -212,13 +212,15 @@ class HttpFrontend:
                 kind, region, action = match.groups()
                 _allow(method, "GET" if action == "status" else "POST")
                 return self._shared_memory(kind, region, action, request.body), False
+        if path == "/v2/logging":
+            return self._logging(method, request.body), False
         if path.endswith("/trace/setting"):
             match = _TRACE_ROUTE.fullmatch(path)
             if match is not None:
                 return self._trace_setting(match.group(1) or "", method, request.body), False
         if self._console is not None and (path == console.PREFIX or path.startswith(console.PREFIX + "/")):
             return self._console.handle(request), False
-        if _LATER.fullmatch(path) or _MODEL_ROUTE.fullmatch(path):
+        if _MODEL_ROUTE.fullmatch(path):
             message = f"'{path}' belongs to an extension this server does not implement yet"
             return error_response(501, message), False
         return _text(404, error_body("Not Found")), False
@@ -237,6 +239,18 @@ class HttpFrontend:
         else:
             await self._engine.unload_model(name, decode_unload_request(body))
         return HttpResponse(200, b"", [_JSON])
+
+    def _logging(self, method: str, body: bytes) -> HttpResponse:
+        """The logging extension: GET reads the log settings, POST changes the ones it names."""
+        if method == "GET":
+            return _json(200, self._engine.log_settings().as_dict())
+        _allow(method, "POST")
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
+        values = document if isinstance(document, dict) else {}  # Triton reads no setting from a non-object
+        return _json(200, self._engine.update_log_settings(values).as_dict())
 
     def _trace_setting(self, model_name: str, method: str, body: bytes) -> HttpResponse:
         if method not in ("GET", "POST"):

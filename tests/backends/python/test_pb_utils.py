@@ -158,12 +158,3 @@ def test_logger_without_a_server_prints(capsys: pytest.CaptureFixture[str]) -> N
         2,
         3,
     ]
-
-
-def test_custom_metrics_are_kept_locally() -> None:
-    family = pb_utils.MetricFamily("requests", "count", pb_utils.MetricFamily.COUNTER)
-    metric = family.Metric(labels={"k": "v"})
-    metric.increment(2)
-    assert metric.value() == 2
-    with pytest.raises(pb_utils.TritonModelException):
-        metric.increment(-1)

@@ -134,22 +134,6 @@ def test_repository_index(grpc_server: InProcessServer) -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    ("rpc", "request_message", "feature"),
-    [
-        ("LogSettings", pb.LogSettingsRequest(), "logging"),
-    ],
-)
-def test_features_of_later_versions_are_unimplemented(
-    grpc_server: InProcessServer, rpc: str, request_message: object, feature: str
-) -> None:
-    with pytest.raises(grpc.RpcError) as info:
-        getattr(grpc_server.stub, rpc)(request_message)
-    error = _error(info.value)
-    assert error.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert error.details().startswith(f"{rpc}: ") and feature in error.details()
-
-
 def test_trace_setting(grpc_server: InProcessServer) -> None:
     """Read, update, then refuse an unknown model, on either gRPC core."""
     answer = grpc_server.stub.TraceSetting(pb.TraceSettingRequest(model_name="simple"))
@@ -158,7 +142,9 @@ def test_trace_setting(grpc_server: InProcessServer) -> None:
     request.settings["trace_rate"].value.append("7")
     answer = grpc_server.stub.TraceSetting(request)
     assert list(answer.settings["trace_rate"].value) == ["7"]
-    assert list(grpc_server.stub.TraceSetting(pb.TraceSettingRequest()).settings["trace_rate"].value) == ["1000"]
+    assert list(grpc_server.stub.TraceSetting(pb.TraceSettingRequest()).settings["trace_rate"].value) == [
+        "1000"
+    ]
     with pytest.raises(grpc.RpcError) as info:
         grpc_server.stub.TraceSetting(pb.TraceSettingRequest(model_name="nope"))
     assert _error(info.value).code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -229,3 +215,24 @@ def test_compressed_requests_are_accepted(grpc_server: InProcessServer) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         grpc_server.stub.ModelInfer(_simple_request(), compression=grpc.Compression.Deflate)
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED and "deflate" in caught.value.details()
+
+
+def test_log_settings_read_and_change(grpc_server: InProcessServer) -> None:
+    settings = grpc_server.stub.LogSettings(pb.LogSettingsRequest()).settings
+    assert (
+        settings["log_verbose_level"].uint32_param == 0 and settings["log_format"].string_param == "default"
+    )
+    change = pb.LogSettingsRequest()
+    change.settings["log_warning"].bool_param = False
+    try:
+        changed = grpc_server.stub.LogSettings(change).settings
+        assert not changed["log_warning"].bool_param and changed["log_info"].bool_param
+        wrong = pb.LogSettingsRequest()
+        wrong.settings["log_info"].string_param = "false"
+        with pytest.raises(grpc.RpcError) as info:
+            grpc_server.stub.LogSettings(wrong)
+        assert _error(info.value).code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert _error(info.value).details() == "expect boolean for 'log_info'"
+    finally:
+        change.settings["log_warning"].bool_param = True
+        grpc_server.stub.LogSettings(change)

@@ -101,6 +101,16 @@ class Host(Protocol):
 
     def is_cancelled(self, stream_id: int) -> bool: ...
 
+    def metric(self, operation: str, args: tuple[Any, ...]) -> Any:
+        """A custom metric operation, run by the server (see metrics.py)."""
+        ...
+
+    def release_family(self, handle: int) -> None: ...
+
+    def flush_releases(self) -> None:
+        """Send the releases of garbage-collected metric families."""
+        ...
+
 
 _default_host: Host | None = None  # the worker's, or the server process's for threads of model code
 _bound = threading.local()  # .host: the host of the model whose code runs on this thread
@@ -615,6 +625,7 @@ class ChannelHost:
         self.log = log_sink
         self.model_dir = model_dir
         self._channel = channel
+        self._released: list[int] = []  # metric family handles to release (appended by finalizers)
 
     def _server(self) -> Channel:
         if self._channel is None:
@@ -639,8 +650,12 @@ class ChannelHost:
             responses.close()
 
     def control(self, action: str, model_name: str, argument: Any) -> Any:
+        return self._ask(lambda call_id: (wire.CONTROL, call_id, action, model_name, argument))
+
+    def _ask(self, message: Callable[[int], tuple]) -> Any:
+        """Send `message(call_id)` and wait for its CONTROL_DONE answer: the value, or the refusal raised."""
         channel = self._server()
-        call = channel.start(lambda call_id: (wire.CONTROL, call_id, action, model_name, argument))
+        call = channel.start(message)
         try:
             frame = channel.next_frame(call)
         except ServerGone as exc:
@@ -664,6 +679,29 @@ class ChannelHost:
 
     def is_cancelled(self, stream_id: int) -> bool:
         return self._server().is_cancelled(stream_id)
+
+    def metric(self, operation: str, args: tuple[Any, ...]) -> Any:
+        self.flush_releases()
+        return self._ask(lambda call_id: (wire.METRIC, call_id, operation, args))
+
+    def release_family(self, handle: int) -> None:
+        self._released.append(handle)
+
+    def flush_releases(self) -> None:
+        released = self._released
+        if not released or self._channel is None or self._channel.closed:
+            return
+        handles = []
+        while released:
+            handles.append(released.pop())
+        self._channel.send((wire.METRIC, 0, "family_delete", tuple(handles)))
+
+
+def _flush_releases() -> None:
+    """Between frames: release the metric families model code dropped."""
+    host = _default_host
+    if host is not None:
+        host.flush_releases()
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:

@@ -133,6 +133,7 @@ class Worker:
     # the frames
     def serve(self) -> int:
         while True:
+            pb_utils._flush_releases()
             frame = self._next()
             if frame is None:  # the server went away
                 return 0
@@ -344,6 +345,7 @@ def main(argv: list[str]) -> int:
     faulthandler.enable()  # a crash in native code still leaves a traceback in the server's log
     sys.modules["triton_python_backend_utils"] = pb_utils
     sock = socket.socket(fileno=int(argv[1]))
+    sys.argv = [""]  # as in Triton's stub: model code that parses arguments (unittest.main) sees none
     sock.setblocking(True)
     try:
         return Worker(sock).serve()

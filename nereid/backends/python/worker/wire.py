@@ -55,6 +55,9 @@ LOG = "log"  # (LOG, level, message): pb_utils.Logger, forwarded to the server's
 RESPONSE = "response"  # (RESPONSE, stream_id, final: bool, result or None): a decoupled model's response
 BLS = "bls"  # (BLS, call_id, model_name, model_version, decoupled, request): an inference request
 CONTROL = "control"  # (CONTROL, call_id, action, model_name, argument): load, unload or is_ready
+# (METRIC, call_id, operation, args): a custom metric operation (pb_utils.MetricFamily, Metric), answered
+# with CONTROL_DONE; call_id 0 asks for no answer (releases of garbage-collected families).
+METRIC = "metric"
 
 # A request inside EXECUTE: (id, correlation_id, flags, parameters_json, timeout_us, output_names, inputs,
 # stream_id); stream_id is 0 unless the model is decoupled, when it names the request in RESPONSE frames.
