@@ -56,6 +56,7 @@ class Run:
 
     name: str
     protocols: tuple[str, ...]
+    flags: tuple[str, ...] = ()  # Nereid's extra flags (--traced)
     rates: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     cpu_us: dict[tuple[str, int], list[float]] = field(default_factory=dict)  # per request
     batch_sizes: list[float] = field(default_factory=list)
@@ -69,14 +70,21 @@ def batched_repository(root: Path) -> Path:
 
 
 def start_server(
-    name: str, repository: Path, http_port: int, grpc_port: int, processes: int = 1
+    name: str,
+    repository: Path,
+    http_port: int,
+    grpc_port: int,
+    processes: int = 1,
+    extra: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
-    """`processes`: how many processes the HTTP ceiling runs."""
+    """`processes`: how many processes the HTTP ceiling runs; `extra`: Nereid's extra flags."""
     if name.startswith("nereid"):
-        mode = name.partition("-")[2]
+        mode = name.removesuffix("+trace").partition("-")[2]
         flags = (f"--backend-config=python,execution-mode={mode}",) if mode else ()
         # The native gRPC core, which serves only with deflate requests refused.
-        process = start_nereid(http_port, repository, grpc_port, "--grpc-request-compression=gzip", *flags)
+        process = start_nereid(
+            http_port, repository, grpc_port, "--grpc-request-compression=gzip", *flags, *extra
+        )
     elif name == "triton":
         command, env = triton_command(repository, http_port, grpc_port)
         process = start(command, "triton", env)
@@ -104,6 +112,17 @@ def start_server(
     return process
 
 
+def trace_flags(file: Path) -> tuple[str, ...]:
+    """Every request traced at TIMESTAMPS level, written to `file.N` every 1000 traces, as Triton's
+    QA runs it: the cost of tracing itself, file writes included."""
+    return (
+        f"--trace-config=triton,file={file}",
+        "--trace-config=triton,log-frequency=1000",
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+    )
+
+
 def average_batch(http_port: int) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/stats", timeout=10) as r:
         stats = json.load(r)["model_stats"][0]
@@ -122,7 +141,7 @@ def measure(
     }
     process = None
     try:
-        process = start_server(run.name, repository, http_port, grpc_port, args.ceiling_processes)
+        process = start_server(run.name, repository, http_port, grpc_port, args.ceiling_processes, run.flags)
         for protocol in run.protocols:
             for concurrency in concurrencies:
                 served = run.name not in CEILINGS.values()  # the ceilings keep no statistics
@@ -153,6 +172,11 @@ def main() -> int:
     parser.add_argument(
         "--ceiling-processes", type=int, default=1, help="uvicorn processes of the HTTP ceiling (default 1)"
     )
+    parser.add_argument(
+        "--traced",
+        action="store_true",
+        help="also run each Nereid mode tracing every request (rate 1, TIMESTAMPS, a trace file)",
+    )
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     protocols = tuple(args.protocol or ("http", "grpc"))
@@ -161,6 +185,14 @@ def main() -> int:
     runs.append(Run("triton", protocols))
     runs.extend(Run(CEILINGS[p], (p,)) for p in protocols)
     with tempfile.TemporaryDirectory(prefix="nereid-bench-batching-") as tmp:
+        if args.traced:
+            traced = [
+                Run(f"{r.name}+trace", protocols, flags=trace_flags(Path(tmp) / f"{r.name}.trace.json"))
+                for r in runs
+                if r.name.startswith("nereid")
+            ]
+            at = next(i for i, r in enumerate(runs) if r.name == "triton")
+            runs[at:at] = traced
         repository = batched_repository(Path(tmp) / "repository")
         for round_ in range(args.rounds):
             for run in runs:
@@ -197,7 +229,7 @@ def report(runs: list[Run], protocols: tuple[str, ...], concurrencies: list[int]
     )
     met = True
     for run in nereids:
-        thread = run.name != "nereid"
+        thread = "thread" in run.name
         for protocol in protocols:
             for c in concurrencies:
                 key = (protocol, c)
@@ -227,6 +259,15 @@ def report(runs: list[Run], protocols: tuple[str, ...], concurrencies: list[int]
                     met &= ok
                     line += f"  {name} {'met' if ok else 'NOT met'}"
                 print(line)
+    for run in nereids:
+        if run.name.endswith("+trace"):  # tracing's cost: traced over untraced, same mode
+            base = run.name.removesuffix("+trace")
+            for key in run.rates:
+                traced, plain = median[(run.name, key)], median[(base, key)]
+                print(
+                    f"  tracing at rate 1, {base} {key[0]} c{key[1]}: {traced / plain:.2f} of the"
+                    f" untraced throughput, {cpu[(run.name, key)] - cpu[(base, key)]:+.0f} us CPU per request"
+                )
     sizes = ", ".join(f"{r.name} {statistics.mean(r.batch_sizes):.1f}" for r in [*nereids, triton])
     print(f"  average batch size over a whole run: {sizes}")
     print("all targets met" if met else "some targets NOT met")
