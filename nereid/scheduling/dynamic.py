@@ -164,7 +164,9 @@ class DynamicBatcher:
         self._finished_early: dict[int, _Batch] = {}
         self._held_until = max(0, _delay_count())  # queued requests before the first decision; 0: none
         if self._held_until:
-            log.info("Delaying batcher thread for %s until %d queued requests...", model_label, self._held_until)
+            log.info(
+                "Delaying batcher thread for %s until %d queued requests...", model_label, self._held_until
+            )
 
     # the Scheduler protocol
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
