@@ -264,7 +264,8 @@ def _load_version(
             instance.close()
         raise
     try:
-        warm_up(scheduler.pool, samples, config)  # before the version serves, so before it is READY
+        # before the version serves, so before it is READY; counted in its statistics, as Triton counts it
+        warm_up(scheduler.pool, samples, config, statistics)
     except BaseException:
         scheduler.stop()
         raise
