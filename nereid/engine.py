@@ -12,7 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid import TRITON_PROTOCOL_VERSION
 from nereid.admission import Admission
-from nereid.cache import create_cache, probe_cache
+from nereid.cache import create_cache
 from nereid.engine_client import (
     CudaSharedMemoryRegion,
     ModelMetadata,
@@ -49,10 +49,7 @@ class Engine:
         self.models = models
         self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
         # for models whose config enables `response_cache`; None without --cache-config
-        self._cache = None
-        if settings.response_cache:
-            probe_cache(settings.response_cache)  # a Redis that does not answer stops the start, as in Triton
-            self._cache = create_cache(settings.response_cache)
+        self._cache = create_cache(settings.response_cache) if settings.response_cache else None
         self._live = True
 
     # health and metadata
