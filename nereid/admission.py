@@ -4,7 +4,8 @@ An `Admission` counts the request in flight from the moment it is admitted until
 a reload or unload retires the version only once its requests are answered), checks it against the
 model's config, builds the request the backend sees, shapes the outputs, and records the request in the
 model's statistics once. Requests refused by the checks never reach the model and, as in Triton, count
-in no statistic. A response cache or tracing hooks in here, once, for every frontend.
+in no statistic. A response cache and tracing (a traced request's REQUEST_START, QUEUE_START and
+REQUEST_END, and its tensors) hook in here, once, for every frontend.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Admission:
         "wanted",
         "backend",
         "timing",
+        "trace",
         "_regions",
         "_shared_memory",
     )
@@ -60,6 +62,7 @@ class Admission:
         self.timing = RequestTiming()
         self._shared_memory = shared_memory
         self._regions: dict[str, SharedMemoryRef] | None = None
+        self.trace = trace = request.trace
         model.inflight += 1
         try:
             if stream is not None:
@@ -84,6 +87,10 @@ class Admission:
             self.backend = backend = backend_request(request, inputs, wanted)
             backend.stream = stream
             self.queued = time.perf_counter_ns()
+            if trace is not None:
+                trace.request_start(model.name, model.version, request.id, self.start)
+                trace.queue_start(self.queued, request.inputs)
+                backend.trace = trace
         except BaseException:
             model.request_done()  # refused: it never reaches the model
             raise
@@ -93,6 +100,8 @@ class Admission:
         model = self.model
         if not isinstance(exc, QueueFull):  # refused before it was queued: Triton counts it nowhere
             model.statistics.record_failure(time.perf_counter_ns() - self.start, _failure_reason(exc))
+        if self.trace is not None:
+            self.trace.request_end()
         model.request_done()
 
     def finish(self, results: Outputs) -> list[InferTensor]:
@@ -117,6 +126,8 @@ class Admission:
                 self.queued - start,
                 end - executed,
             )
+        if self.trace is not None:
+            self.trace.request_end(outputs)
         model.request_done()
         return outputs
 
@@ -140,6 +151,8 @@ class Admission:
         self.model.statistics.record_cache_hit(
             time.perf_counter_ns() - start, lookup_start - self.queued, lookup_ns
         )
+        if self.trace is not None:
+            self.trace.request_end(outputs)
         self.model.request_done()
         return outputs
 
@@ -179,6 +192,8 @@ class Admission:
 
     def release(self) -> None:
         """The request is answered: the version may retire once none is left in flight."""
+        if self.trace is not None:
+            self.trace.request_end()
         self.model.request_done()
 
 

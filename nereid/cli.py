@@ -19,12 +19,12 @@ from nereid.settings import (
     RestrictedApi,
     ServerSettings,
 )
+from nereid.tracing.config import TraceConfig, TraceConfigError, parse_trace_config
 
 # Triton flags that a later version of Nereid implements. They are accepted so existing command lines
 # keep working, and each one given is reported at start-up as having no effect yet.
 NOT_YET_SUPPORTED = (
     "--http-thread-count",
-    "--trace-config",
     "--log-info",
     "--log-warning",
     "--log-error",
@@ -38,11 +38,6 @@ NOT_YET_SUPPORTED = (
     "--min-supported-compute-capability",
     "--buffer-manager-thread-count",
     "--host-policy",
-    "--trace-file",
-    "--trace-level",
-    "--trace-rate",
-    "--trace-count",
-    "--trace-log-frequency",
     "--cache-directory",
 )
 
@@ -169,6 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE")
     p.add_argument("--response-cache-byte-size", type=int, default=None)
     p.add_argument("--rate-limit-resource", action="append", default=[], metavar="NAME:COUNT[:DEVICE]")
+    p.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[MODE,]KEY=VALUE",
+        help="tracing: rate, level, count, mode; triton,file / log-frequency; opentelemetry,url / resource / bsp_*",
+    )
+    for flag in ("--trace-file", "--trace-rate", "--trace-count", "--trace-log-frequency"):
+        p.add_argument(flag, default=None, help="deprecated: use --trace-config")
+    p.add_argument("--trace-level", action="append", default=[], help="deprecated: use --trace-config level=")
     for flag in (*NOT_YET_SUPPORTED, *NO_EFFECT):
         p.add_argument(flag, action="append", default=None)
     describe(p, NOT_YET_SUPPORTED)
@@ -315,6 +320,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         rate_limit_resources=tuple(_resource_limit(item) for item in args.rate_limit_resource),
         response_cache=_cache_settings(args),
         backend_directory=Path(args.backend_directory) if args.backend_directory else None,
+        trace=_trace_config(args, warnings),
     )
     if args.rate_limit_resource and args.rate_limit == "off":
         warnings.append("--rate-limit-resource has no effect unless --rate-limit=execution_count")
@@ -334,6 +340,26 @@ def _cache_settings(args: argparse.Namespace) -> CacheSettings | None:
         return CacheSettings.parse(items)
     except ValueError as exc:
         raise SystemExit(f"nereid: --cache-config {exc}") from None
+
+
+def _trace_config(args: argparse.Namespace, warnings: list[str]) -> TraceConfig:
+    try:
+        config, trace_warnings = parse_trace_config(
+            args.trace_config,
+            file=args.trace_file,
+            levels=args.trace_level,
+            rate=args.trace_rate,
+            count=args.trace_count,
+            log_frequency=args.trace_log_frequency,
+        )
+        if config.mode == "opentelemetry":
+            from nereid.tracing.opentelemetry import check_available
+
+            check_available()
+    except TraceConfigError as exc:
+        raise SystemExit(f"nereid: {exc}") from None
+    warnings += trace_warnings
+    return config
 
 
 def _resource_limit(item: str) -> ResourceLimit:

@@ -22,11 +22,12 @@ from nereid.engine_client import (
     SystemSharedMemoryRegion,
     TensorMetadata,
 )
-from nereid.errors import DecoupledModel, Unavailable
+from nereid.errors import DecoupledModel, InvalidArgument, Unavailable
 from nereid.repository import ModelManager, ModelVersion
 from nereid.settings import ServerSettings
 from nereid.shared_memory import SharedMemoryRegistry
 from nereid.streaming import stream_decoupled
+from nereid.tracing import SettingAnswer, SettingUpdate, TraceManager
 from nereid.types import InferRequest, InferResponse, InferTensor, StreamEvent
 
 # Extensions this server implements, named as Triton names them in server metadata.
@@ -40,6 +41,7 @@ EXTENSIONS = (
     "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
+    "trace",
 )
 
 
@@ -50,6 +52,7 @@ class Engine:
         self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
         # for models whose config enables `response_cache`; None without --cache-config
         self._cache = create_cache(settings.response_cache) if settings.response_cache else None
+        self.tracer = TraceManager(settings.trace)
         self._live = True
 
     # health and metadata
@@ -166,6 +169,18 @@ class Engine:
             for m in self.models.loaded()
         ]
 
+    # trace extension
+    def trace_setting(self, model_name: str = "", update: SettingUpdate | None = None) -> SettingAnswer:
+        """The trace setting of `model_name` ("": the global one), after `update` when given."""
+        if model_name and not self.models.is_ready(model_name, ""):
+            raise InvalidArgument(f"Request for unknown model : {model_name}")
+        if update is not None:
+            try:
+                self.tracer.update(model_name, update)
+            except ValueError as exc:
+                raise InvalidArgument(str(exc)) from None
+        return self.tracer.setting(model_name)
+
     # shared memory registry
     def system_shared_memory_status(self, name: str | None = None) -> list[SystemSharedMemoryRegion]:
         return [SystemSharedMemoryRegion(**region) for region in self.shared_memory.system_status(name)]
@@ -206,6 +221,7 @@ class Engine:
     def shutdown(self) -> None:
         self._live = False
         self.models.stop()
+        self.tracer.close()  # after the models: the traces of the last requests are written too
         self.shared_memory.close()
         if self._cache is not None:
             self._cache.close()

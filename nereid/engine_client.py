@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2 as mc
 
     from nereid.statistics import ModelStatistics
+    from nereid.tracing import SettingAnswer, SettingUpdate, TraceManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,3 +153,10 @@ class EngineClient(ModelServices, Protocol):
         ...
 
     def unregister_cuda_shared_memory(self, name: str | None = None) -> None: ...
+
+    # trace extension
+    tracer: TraceManager  # frontends sample the requests they receive
+
+    def trace_setting(self, model_name: str = "", update: SettingUpdate | None = None) -> SettingAnswer:
+        """The trace setting of `model_name` ("": the global one), after `update` when given."""
+        ...

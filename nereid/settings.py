@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nereid.latency_summary import DEFAULT_QUANTILES
+from nereid.tracing.config import TraceConfig
 
 # API groups that --http-restricted-api / --grpc-restricted-protocol can put behind a header.
 API_GROUPS = (
@@ -203,3 +204,4 @@ class ServerSettings:
     # --cache-config: the response cache that models with `response_cache { enable: true }` use
     response_cache: CacheSettings | None = None
     backend_directory: Path | None = None  # Python-based backends: <dir>/<backend>/model.py
+    trace: TraceConfig = field(default_factory=TraceConfig)  # --trace-config and the older --trace-* flags

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nereid.errors import NereidError
 from nereid.shared_memory import SharedMemoryRef
+
+if TYPE_CHECKING:
+    from nereid.tracing.trace import RequestTrace
 
 Parameters = dict[str, Any]
 
@@ -56,6 +59,7 @@ class InferRequest:
     flags: int = 0  # SEQUENCE_START | SEQUENCE_END
     priority: int = 0  # 0: the model's default priority level
     timeout_us: int = 0  # 0: none
+    trace: RequestTrace | None = None  # the request is traced (sampled by its frontend, or a traced child)
 
     def sequence_parameters(self) -> Parameters:
         """The sequence controls as Triton echoes them in an ensemble's response, defaults filled in."""

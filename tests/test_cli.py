@@ -204,13 +204,13 @@ def test_every_triton_flag_is_accepted_and_those_without_effect_are_named() -> N
             "--allow-sagemaker=false",
             "--allow-vertex-ai=false",
             "--model-load-gpu-limit=0:0.5",
-            "--trace-file=t.json",
+            "--repoagent-directory=/r",
             "--cache-directory=/c",
             "--enable-peer-access=true",
         ]
     )
     assert warnings == [
-        "--trace-file is not supported yet and has no effect",
+        "--repoagent-directory is not supported yet and has no effect",
         "--cache-directory is not supported yet and has no effect",
         "--model-load-gpu-limit has no effect: Nereid does not track GPU memory per device",
         "--enable-peer-access has no effect: Nereid does not manage CUDA peer access",

@@ -17,6 +17,7 @@ from nereid.types import SEQUENCE_START as SEQUENCE_START
 if TYPE_CHECKING:
     from nereid.backends.responses import ResponseStream
     from nereid.engine_client import ModelServices
+    from nereid.tracing.trace import RequestTrace
 
 Outputs = dict[str, np.ndarray]
 # What an instance returns for one request: its outputs, or the error that fails that request alone.
@@ -57,6 +58,7 @@ class BackendRequest:
     timeout_us: int = 0  # 0: none
     priority: int = 0  # 0: the model's default level
     stream: ResponseStream | None = None  # a decoupled model's responses go there, not to the result
+    trace: RequestTrace | None = None  # the instance pool records its executions there
 
 
 def batch_elements(request: BackendRequest) -> int:

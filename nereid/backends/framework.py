@@ -1,8 +1,10 @@
-"""What the framework backends (PyTorch, TensorFlow, OpenVINO, FIL, TensorRT) share: the model's own view
-of its tensors, auto-complete and checks of the config against it, parameters, and refusing KIND_GPU."""
+"""What the framework backends (ONNX Runtime, PyTorch, TensorFlow, OpenVINO, FIL, TensorRT) share: the
+model's own view of its tensors, auto-complete and checks of the config against it, parameters, and refusing
+KIND_GPU."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,6 +20,8 @@ from nereid.model_config.sequence import state_outputs, supplied_inputs
 
 N = TypeVar("N", int, float)
 T = TypeVar("T")
+# Checks a config tensor's dims against the model's shape: (config, kind, tensor, model shape).
+DimsCheck = Callable[[mc.ModelConfig, str, Any, Sequence[int]], None]
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,13 @@ def bool_parameter(config: mc.ModelConfig, key: str, default: bool) -> bool:
     raise ModelConfigError(f"model '{config.name}': parameter '{key}' must be true or false, got '{text}'")
 
 
+def threads_per_instance(config: mc.ModelConfig) -> int:
+    """The cores this process may run on, shared among the model's instances (at least one thread each):
+    a thread pool per instance as large as the host runs more threads than a small host has cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // max(1, sum(group.count for group in config.instance_group)))
+
+
 def no_gpu(spec: InstanceSpec, framework: str, hint: str) -> Unavailable:
     return Unavailable(
         f"instance '{spec.instance_name}' of model '{spec.model_name}' asks for KIND_GPU, but {framework} "
@@ -160,10 +171,13 @@ def check_io(
     tensors: Any,  # the config's repeated ModelInput or ModelOutput
     model_tensors: Sequence[ModelTensor],
     require_all: bool,
+    omit: Collection[str] = (),
+    dims_check: DimsCheck | None = None,
 ) -> None:
     """The config's tensors exist in the model with its data types and dims (where the model says). The
-    sequence batcher supplies its control and state inputs, so the config need not list them."""
-    supplied = supplied_inputs(config) if kind == "input" else set()
+    sequence batcher supplies its control and state inputs, so the config need not list them, nor the
+    model tensors named in `omit`. `dims_check` replaces `check_dims` for a backend with rules of its own."""
+    supplied = (supplied_inputs(config) if kind == "input" else set()) | set(omit)
     by_name = {t.name: t for t in model_tensors if t.name not in supplied}
     for tensor in tensors:
         model_tensor = model_tensor_for(config, kind, tensor.name, by_name)
@@ -175,7 +189,7 @@ def check_io(
                 f"{model_tensor.type_name or mc.DataType.Name(model_tensor.data_type)} in the model"
             )
         if model_tensor.shape is not None:
-            check_dims(config, kind, tensor, model_tensor.shape)
+            (dims_check or check_dims)(config, kind, tensor, model_tensor.shape)
     if require_all:
         listed = {t.name for t in tensors}
         missing = [name for name in by_name if name not in listed]
@@ -214,7 +228,3 @@ def check_dims(
             f"model '{config.name}': {kind} '{tensor.name}' has dims {dims} in the configuration "
             f"(after the batch dimension) but the model expects {shape}"
         )
-
-
-def select(outputs: Outputs, wanted: Sequence[str]) -> Outputs:
-    return {name: outputs[name] for name in wanted if name in outputs}

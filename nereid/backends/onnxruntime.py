@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,12 +13,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from nereid.backends import framework
 from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs, batch_elements
 from nereid.backends.batch_inputs import batch_input_tensors, flatten_ragged
-from nereid.backends.batching import execute_batched
 from nereid.backends.framework import ModelTensor
 from nereid.errors import InternalError, InvalidArgument, ModelConfigError, NereidError, Unavailable
-from nereid.model_config.sequence import state_outputs, supplied_inputs
-
-log = logging.getLogger(__name__)
 
 # ONNX type strings -> config data types
 _ONNX_TYPES = {
@@ -39,12 +34,6 @@ _ONNX_TYPES = {
     "tensor(string)": mc.TYPE_STRING,
 }
 
-# Session options Triton's ONNX Runtime backend reads from config `parameters`.
-_THREAD_PARAMETERS = {
-    "intra_op_thread_count": "intra_op_num_threads",
-    "inter_op_thread_count": "inter_op_num_threads",
-}
-
 
 class OnnxRuntimeBackend:
     name = "onnxruntime"
@@ -56,23 +45,21 @@ class OnnxRuntimeBackend:
 
     def auto_complete(self, config: mc.ModelConfig, model_file: Path, default_max_batch_size: int) -> None:
         session = _metadata_session(model_file)
-        # The sequence batcher supplies control and state inputs; state outputs stay out unless listed.
         framework.complete_io(
             config,
             _model_tensors(session.get_inputs()),
             _model_tensors(session.get_outputs()),
             default_max_batch_size,
-            omit_inputs=supplied_inputs(config) | _batch_input_targets(config),
-            omit_outputs=state_outputs(config),
+            omit_inputs=_batch_input_targets(config),
         )
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
         session = _metadata_session(model_file)
-        # the sequence batcher's control and state inputs, and the batch inputs, are not the client's
-        supplied = supplied_inputs(config) | _batch_input_targets(config)
-        model_inputs = [t for t in session.get_inputs() if t.name not in supplied]
-        _check_against_model("input", config.input, model_inputs, config, require_all=True)
-        _check_against_model("output", config.output, session.get_outputs(), config, require_all=False)
+        inputs, outputs = _model_tensors(session.get_inputs()), _model_tensors(session.get_outputs())
+        framework.check_io(
+            config, "input", config.input, inputs, True, _batch_input_targets(config), _check_dims
+        )
+        framework.check_io(config, "output", config.output, outputs, False, dims_check=_check_dims)
 
     def create_instance(self, spec: InstanceSpec) -> OnnxRuntimeInstance:
         return OnnxRuntimeInstance(spec, self.gpu_available())
@@ -80,33 +67,10 @@ class OnnxRuntimeBackend:
 
 class OnnxRuntimeInstance:
     def __init__(self, spec: InstanceSpec, gpu_available: bool) -> None:
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        # ORT's intra-op threads spin between runs by default, burning the CPU that other instances and
-        # the HTTP loop need; servers run many short inferences, so they wait instead.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        parameters = {k: v.string_value for k, v in spec.config.parameters.items()}
-        for key, option in _THREAD_PARAMETERS.items():
-            if key in parameters:
-                try:
-                    value = int(parameters[key])
-                except ValueError:
-                    raise ModelConfigError(
-                        f"model '{spec.model_name}': parameter '{key}' must be an integer, "
-                        f"got '{parameters[key]}'"
-                    ) from None
-                setattr(options, option, value)
-        level = spec.config.optimization.graph.level
-        if level == -1:
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        elif level == 1:
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options = _session_options(spec.config)
         if spec.kind == "GPU":
             if not gpu_available:
-                raise Unavailable(
-                    f"instance '{spec.instance_name}' of model '{spec.model_name}' asks for KIND_GPU, "
-                    "but ONNX Runtime has no CUDA execution provider here (install onnxruntime-gpu on a GPU host)"
-                )
+                raise framework.no_gpu(spec, "ONNX Runtime", "install onnxruntime-gpu on a GPU host")
             providers: list = [
                 ("CUDAExecutionProvider", {"device_id": spec.device_id}),
                 "CPUExecutionProvider",
@@ -122,11 +86,14 @@ class OnnxRuntimeInstance:
         # Both take (output names, feed, run options).
         binding: Any = getattr(self._session, "_sess", None)
         self._run = binding.run if callable(getattr(binding, "run", None)) else self._session.run
-        self._string_inputs = {i.name for i in self._session.get_inputs() if i.type == "tensor(string)"}
-        self._string_outputs = {o.name for o in self._session.get_outputs() if o.type == "tensor(string)"}
+        model_inputs, model_outputs = self._session.get_inputs(), self._session.get_outputs()
+        self._string_inputs = {i.name for i in model_inputs if i.type == "tensor(string)"}
+        self._string_outputs = {o.name for o in model_outputs if o.type == "tensor(string)"}
         # Scalars in the model, given as dims of 1s in the configuration (Triton's rule): inputs lose those
         # dims on the way in, outputs get them back.
-        self._scalar_inputs = {i.name for i in self._session.get_inputs() if i.shape == []}
+        self._scalar_inputs = {i.name for i in model_inputs if i.shape == []}
+        scalar_outputs = {o.name for o in model_outputs if o.shape == []}
+        self._scalar_outputs = {o.name: tuple(o.dims) for o in spec.config.output if o.name in scalar_outputs}
         # Ragged batching: such inputs reach the model as one row, with the batch inputs it asks for; each
         # request runs as a batch of its own here. Outputs named by BATCH_SCATTER_WITH_INPUT_SHAPE take the
         # shape of their source input.
@@ -138,22 +105,12 @@ class OnnxRuntimeInstance:
             if b.kind == mc.BatchOutput.BATCH_SCATTER_WITH_INPUT_SHAPE and b.source_input
             for target in b.target_name
         }
-        self._scalar_outputs = {
-            o.name: tuple(o.dims)
-            for o in spec.config.output
-            if _is_scalar(self._session.get_outputs(), o.name)
-        }
         self._model_name = spec.model_name
 
     def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         if self._ragged or self._batch_inputs:
             return self._run_ragged(requests)
-        if len(requests) == 1:  # the common case, without the batching helper's bookkeeping
-            try:
-                return [self._run_request(requests[0])]
-            except NereidError as exc:
-                return [exc]
-        return execute_batched(requests, self._run_request)
+        return framework.execute(requests, self._run_request)
 
     def _run_request(self, request: BackendRequest) -> Outputs:
         inputs, outputs = request.inputs, request.outputs
@@ -181,7 +138,7 @@ class OnnxRuntimeInstance:
     def _run_ragged(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         """One model call for the whole batch: ragged inputs joined into one row, the batch inputs computed
         over every request; outputs split by each request's batch size (scatter outputs by the elements of
-        their source input, in its shape)."""
+        their source input, in its shape). It lives here: no other backend serves ragged batches."""
         batch = [request.inputs for request in requests]
         inputs: dict[str, np.ndarray] = {}
         for name in requests[0].inputs:
@@ -217,7 +174,7 @@ def create_backend() -> OnnxRuntimeBackend:
 
 def _metadata_session(model_file: Path) -> ort.InferenceSession:
     if not model_file.exists():
-        raise Unavailable(f"model file not found: '{model_file}'")
+        raise framework.model_file_missing(model_file)
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -227,63 +184,79 @@ def _metadata_session(model_file: Path) -> ort.InferenceSession:
         raise Unavailable(f"failed to load '{model_file}': {exc}") from None
 
 
+def _session_options(config: mc.ModelConfig) -> ort.SessionOptions:
+    """The session options Triton's ONNX Runtime backend takes from the config: thread counts, execution
+    mode and graph optimization level."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    # ORT's intra-op threads spin between runs by default, burning the CPU that other instances and
+    # the HTTP loop need; servers run many short inferences, so they wait instead.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    # Triton sets a thread count above 0 and leaves 0 to ORT (a thread per core, pinned to it). An intra-op
+    # count left out is the instance's share of the cores instead: ORT's pick in each instance (two by
+    # default) would run more threads than a small host has cores. Inter-op threads run only in parallel
+    # mode, which asks for them; there ORT's pick stays the default.
+    intra = framework.int_parameter(config, "intra_op_thread_count", framework.threads_per_instance(config))
+    inter = framework.int_parameter(config, "inter_op_thread_count", 0)
+    if intra > 0:
+        options.intra_op_num_threads = intra
+    if inter > 0:
+        options.inter_op_num_threads = inter
+    # Nodes one after the other (0, ORT's default) or side by side on the inter-op threads (1).
+    mode = framework.int_parameter(config, "execution_mode", 0)
+    if mode not in (0, 1):
+        raise ModelConfigError(
+            f"model '{config.name}': parameter 'execution_mode' must be 0 (sequential) or 1 (parallel), "
+            f"got {mode}"
+        )
+    options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if mode else ort.ExecutionMode.ORT_SEQUENTIAL
+    # Triton's graph levels: -1 basic, 1 extended, 2 none; others (0, left out) all of them.
+    level = config.optimization.graph.level
+    if level == -1:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    elif level == 1:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    elif level == 2:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return options
+
+
 def _batch_input_targets(config: mc.ModelConfig) -> set[str]:
+    """The server computes these inputs (ragged batching), so the config does not list them."""
     return {name for batch_input in config.batch_input for name in batch_input.target_name}
 
 
-def _is_scalar(tensors: Sequence[Any], name: str) -> bool:
-    return any(t.name == name and t.shape == [] for t in tensors)
-
-
-def _is_variable(dim: object) -> bool:
-    return not isinstance(dim, int) or dim < 0
-
-
-def _model_dims(shape: list, skip: int) -> list[int]:
-    return [d if isinstance(d, int) and d >= 0 else -1 for d in shape[skip:]]
-
-
-def _model_tensors(tensors) -> list[ModelTensor]:  # type: ignore[no-untyped-def]
+def _model_tensors(tensors: Sequence[Any]) -> list[ModelTensor]:
+    """ORT's view of its tensors: symbolic or unknown dims (names, None) are variable; the type is named
+    as ONNX names it, so that an ONNX type Triton lacks is refused by name."""
     return [
-        ModelTensor(t.name, _ONNX_TYPES.get(t.type, mc.TYPE_INVALID), tuple(_model_dims(t.shape, 0)))
+        ModelTensor(
+            t.name,
+            _ONNX_TYPES.get(t.type, mc.TYPE_INVALID),
+            tuple(d if isinstance(d, int) and d >= 0 else -1 for d in t.shape),
+            t.type,
+        )
         for t in tensors
     ]
 
 
-def _check_against_model(kind, tensors, model_tensors, config: mc.ModelConfig, require_all: bool) -> None:  # type: ignore[no-untyped-def]
-    by_name = {t.name: t for t in model_tensors}
-    for tensor in tensors:
-        model_tensor = framework.model_tensor_for(config, kind, tensor.name, by_name)
-        expected = _ONNX_TYPES.get(model_tensor.type)
-        if expected != tensor.data_type:
-            raise ModelConfigError(
-                f"model '{config.name}': {kind} '{tensor.name}' has data type "
-                f"{mc.DataType.Name(tensor.data_type)} in the configuration but {model_tensor.type} in the model"
-            )
-        _check_dims(kind, tensor, model_tensor.shape, config)
-    if require_all:
-        missing = [name for name in by_name if name not in {t.name for t in tensors}]
-        if missing:
-            raise ModelConfigError(
-                f"model '{config.name}': the configuration does not list model {kind}s {missing}"
-            )
-
-
-def _check_dims(kind: str, tensor, model_shape: list, config: mc.ModelConfig) -> None:  # type: ignore[no-untyped-def]
-    dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
-    shape = list(model_shape)
+def _check_dims(config: mc.ModelConfig, kind: str, tensor: Any, model_shape: Sequence[int]) -> None:
+    """Triton's ONNX Runtime backend's shape rules ahead of the common comparison; only this backend
+    serves ragged batches and scalars given as dims of 1s."""
     if kind == "output" and any(tensor.name in b.target_name for b in config.batch_output):
         return  # a batch output's shape need not match the model's
-    if kind == "input" and getattr(tensor, "allow_ragged_batch", False):
+    if kind == "input" and tensor.allow_ragged_batch:
         # a ragged input reaches the model as the whole batch's elements in one row
-        if len(shape) != 1 or not _is_variable(shape[0]):
+        if list(model_shape) != [-1]:
             raise ModelConfigError(
                 f"unable to load model '{config.name}', configuration expects model provides input with "
                 f"shape [-1] for ragged input '{tensor.name}', model provides "
-                f"[{','.join(str(d) for d in _model_dims(shape, 0))}]"
+                f"[{','.join(str(d) for d in model_shape)}]"
             )
         return
-    if not shape and config.max_batch_size == 0:
+    dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
+    if not model_shape and config.max_batch_size == 0:
         # a scalar: the configuration gives it as dims of 1s ([1], [1, 1], ...)
         if any(d != 1 for d in dims):
             raise ModelConfigError(
@@ -292,21 +265,7 @@ def _check_dims(kind: str, tensor, model_shape: list, config: mc.ModelConfig) ->
                 f"provided: {dims}."
             )
         return
-    if config.max_batch_size > 0:
-        if not shape or not _is_variable(shape[0]):
-            raise ModelConfigError(
-                f"model '{config.name}': {kind} '{tensor.name}': max_batch_size is {config.max_batch_size} "
-                f"but the model's first dimension is {shape[0] if shape else 'missing'}, not a variable "
-                "batch dimension"
-            )
-        shape = shape[1:]
-    if len(dims) != len(shape) or any(
-        not _is_variable(m) and d != m for d, m in zip(dims, shape, strict=False)
-    ):
-        raise ModelConfigError(
-            f"model '{config.name}': {kind} '{tensor.name}' has dims {dims} in the configuration "
-            f"(after the batch dimension) but the model expects {[m if isinstance(m, int) else -1 for m in shape]}"
-        )
+    framework.check_dims(config, kind, tensor, model_shape)
 
 
 def _to_ort_strings(name: str, array: np.ndarray) -> np.ndarray:

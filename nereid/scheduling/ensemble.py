@@ -190,11 +190,17 @@ class EnsembleScheduler:
             request.priority,
             request.timeout_us,
         )
+        trace = request.trace
+        if trace is not None:  # each step is traced as a child of the ensemble's request
+            member.trace = trace.child()
         try:
             return await server.infer(member)
         except NereidError as exc:
             # Triton's wording; the status stays the composing model's.
             raise type(exc)(f"in ensemble '{self._name}', {exc.message}") from None
+        finally:
+            if member.trace is not None:
+                member.trace.close()
 
     def pending(self) -> int:
         return 0

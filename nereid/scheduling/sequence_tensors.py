@@ -138,6 +138,7 @@ class SequenceTensors:
             request.correlation_id,
             request.flags,
             request.timeout_us,
+            trace=request.trace,  # the pool records the execution on the request's trace
         )
 
     def _initial(self, state: _State, rows: int) -> np.ndarray:

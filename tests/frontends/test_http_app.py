@@ -86,7 +86,9 @@ def test_methods_and_routes(app: HttpFrontend) -> None:
     assert _call(app, "GET", "/v2/models/simple/infer").status == 405
     assert _call(app, "POST", "/v2").status == 405
     assert _call(app, "GET", "/v2/models/simple/versions/x").json() == {"error": "Not Found"}
-    assert _call(app, "GET", "/v2/trace/setting").status == 501  # an extension still to come
+    assert _call(app, "GET", "/v2/trace/setting").status == 200
+    assert _call(app, "PUT", "/v2/trace/setting").status == 405
+    assert _call(app, "GET", "/v2/models/simple/versions/1/trace/setting").status == 404  # no versions
     assert _call(app, "POST", "/v2/models/stats").status == 405
 
 

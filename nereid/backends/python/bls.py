@@ -8,8 +8,8 @@ answer meanwhile: the caller being busy never holds the callee up.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -25,13 +25,22 @@ from nereid.types import (
     RequestedOutput,
 )
 
+if TYPE_CHECKING:
+    from nereid.tracing.trace import RequestTrace
+
 log = logging.getLogger("nereid.backends.python")
 
 Reply = Callable[[tuple[Any, ...]], None]
 
 
-async def serve_bls(server: ModelServices | None, frame: tuple[Any, ...], reply: Reply) -> None:
-    """Answer one BLS frame with BLS_RESPONSE frames, the last one final."""
+async def serve_bls(
+    server: ModelServices | None,
+    frame: tuple[Any, ...],
+    reply: Reply,
+    traces: Mapping[int, RequestTrace] | None = None,
+) -> None:
+    """Answer one BLS frame with BLS_RESPONSE frames, the last one final. `traces` holds the traced
+    requests the model is executing, by trace id: a BLS request made with one's `trace()` is its child."""
     _, call_id, model_name, version, decoupled, raw = frame
 
     def answer(final: bool, result: InferResponse | NereidError | None) -> None:
@@ -41,7 +50,7 @@ async def serve_bls(server: ModelServices | None, frame: tuple[Any, ...], reply:
             encoded = None if result is None else _outputs(result)
         reply((wire.BLS_RESPONSE, call_id, final, encoded))
 
-    request_id, correlation_id, flags, parameters_json, timeout_us, output_names, inputs = raw
+    request_id, correlation_id, flags, parameters_json, timeout_us, output_names, inputs, trace_id = raw
     try:
         tensors = [
             InferTensor(name, datatype, tuple(shape), wire.inline_array(datatype, shape, data))
@@ -62,7 +71,8 @@ async def serve_bls(server: ModelServices | None, frame: tuple[Any, ...], reply:
         log.exception("a malformed BLS request to model '%s'", model_name)
         answer(True, unexpected(exc))
         return
-    await run_bls(server, request, decoupled, answer)
+    parent = traces.get(trace_id) if trace_id and traces is not None else None
+    await run_bls(server, request, decoupled, answer, parent)
 
 
 async def run_bls(
@@ -70,10 +80,14 @@ async def run_bls(
     request: InferRequest,
     decoupled: bool,
     answer: Callable[[bool, InferResponse | NereidError | None], None],
+    parent: RequestTrace | None = None,
 ) -> None:
     """Run a BLS request through the engine; `answer(final, response, error or None)` gets each response,
-    the last one final. Never raises: failures are answered."""
+    the last one final. Never raises: failures are answered. With the `parent` trace of the request the
+    model executes, the BLS request is traced as its child."""
     model_name = request.model_name
+    if parent is not None:
+        request.trace = parent.child()
     try:
         answered = False
         async for event in _connected(server).infer_stream(request):
@@ -94,6 +108,9 @@ async def run_bls(
     except Exception as exc:
         log.exception("unexpected error serving a BLS request to model '%s'", model_name)
         answer(True, unexpected(exc))
+    finally:
+        if request.trace is not None:
+            request.trace.close()
 
 
 async def serve_control(server: ModelServices | None, frame: tuple[Any, ...], reply: Reply) -> None:

@@ -94,7 +94,11 @@ class InProcessHost:
         answers: queue.SimpleQueue[tuple[bool, pb_utils.InferenceResponse]] = queue.SimpleQueue()
         asyncio.run_coroutine_threadsafe(
             run_bls(
-                self.server, _infer_request(request), decoupled, lambda f, r: answers.put((f, _response(r)))
+                self.server,
+                _infer_request(request),
+                decoupled,
+                lambda f, r: answers.put((f, _response(r))),
+                request._trace._handle,
             ),
             loop,
         )
@@ -109,7 +113,7 @@ class InProcessHost:
             mine.call_soon_threadsafe(answers.put_nowait, (final, _response(result)))
 
         asyncio.run_coroutine_threadsafe(
-            run_bls(self.server, _infer_request(request), decoupled, answer), loop
+            run_bls(self.server, _infer_request(request), decoupled, answer, request._trace._handle), loop
         )
         if decoupled:
             return _async_until_final(answers)
@@ -195,6 +199,9 @@ class ThreadInstance:
                 stream_id = host.open_stream(request.stream)
                 opened.append(stream_id)
             pb_request = received(tensors, *request_fields(request), stream_id)
+            if request.trace is not None:
+                trace = request.trace
+                pb_request._trace = pb_utils.InferenceTrace(trace.id, trace.context(), trace)
             pb_request._host = host
             batch.append(pb_request)
         try:

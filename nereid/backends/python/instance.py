@@ -16,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import itertools
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nereid.backends.base import BackendRequest, ExecutionDone, InstanceSpec
 from nereid.backends.python.bls import serve_bls, serve_control
@@ -37,6 +39,9 @@ from nereid.errors import (
     NereidError,
     Unavailable,
 )
+
+if TYPE_CHECKING:
+    from nereid.tracing.trace import RequestTrace
 
 log = logging.getLogger("nereid.backends.python")
 
@@ -97,6 +102,8 @@ class PythonInstance:
         self._streams: dict[int, ResponseStream] = {}  # a decoupled model's open requests, by stream id
         self._stream_ids = itertools.count(1)
         self._calls: set[asyncio.Task[None]] = set()  # BLS and model control calls being served
+        # traced requests sent to the worker, by trace id, while they live (their BLS calls' parents)
+        self._traces: weakref.WeakValueDictionary[int, RequestTrace] = weakref.WeakValueDictionary()
         self._reason: str | None = None
         self._failed = False  # the worker died and could not be restarted
         self._closed = False
@@ -182,6 +189,9 @@ class PythonInstance:
         writer = worker.inputs[slot]
         try:
             raw = tuple([encode_request(writer, r, self._open_stream(r)) for r in requests])
+            for r in requests:  # BLS calls made with one's trace() find it here, while it lives
+                if r.trace is not None:
+                    self._traces[r.trace.id] = r.trace
         except NereidError as exc:
             writer.reset()
             done(exc)
@@ -346,9 +356,12 @@ class PythonInstance:
             if stream is not None:
                 stream.put(decode_inline_result(result), final)
         elif kind == wire.BLS or kind == wire.CONTROL:
-            serve = serve_bls if kind == wire.BLS else serve_control
             loop = worker.loop or asyncio.get_running_loop()
-            task = loop.create_task(serve(self._server, frame, lambda answer: self._answer(worker, answer)))
+            reply = functools.partial(self._answer, worker)
+            if kind == wire.BLS:
+                task = loop.create_task(serve_bls(self._server, frame, reply, self._traces))
+            else:
+                task = loop.create_task(serve_control(self._server, frame, reply))
             self._calls.add(task)
             task.add_done_callback(self._call_done)
             # While the model waits for the server, the worker can run another execution (see

@@ -48,7 +48,9 @@ def encode_request(writer: wire.TensorWriter, request: BackendRequest, stream_id
                 f"input '{name}' has numpy dtype {data.dtype}, which Python models cannot take"
             )
         inputs.append(writer.add(name, datatype, data))
-    return (*request_fields(request), tuple(inputs), stream_id)
+    trace = request.trace
+    traced = None if trace is None else (trace.id, trace.context())
+    return (*request_fields(request), tuple(inputs), stream_id, traced)
 
 
 def request_fields(request: BackendRequest) -> tuple[str, int | str, int, str, int, tuple[str, ...]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -19,6 +20,16 @@ from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_respo
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
 from nereid.frontends.header_forward import HeaderForwarding
+from nereid.tracing.trace import (
+    GRPC_SEND_END,
+    GRPC_SEND_START,
+    GRPC_WAITREAD_END,
+    GRPC_WAITREAD_START,
+    INFER_RESPONSE_COMPLETE,
+    RequestTrace,
+)
+from nereid.tracing.updates import grpc_update
+from nereid.types import InferRequest
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +75,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, engine: EngineClient, forwarding: HeaderForwarding | None = None) -> None:
         self._engine = engine
         self._forwarding = forwarding  # --grpc-header-forward-pattern
+        self._tracer = engine.tracer
 
     # health and metadata
     @_rpc
@@ -132,10 +144,19 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ModelInferRequest, metadata: Sequence[tuple[str, Any]] = ()
     ) -> pb.ModelInferResponse:
         """One request through the engine; an unexpected exception becomes INTERNAL, logged once."""
+        tracer = self._tracer
+        received = time.perf_counter_ns() if tracer.active else 0
+        trace = None
         try:
             infer_request = decode_infer_request(request)
             if self._forwarding is not None:
                 self._forwarding.add_parameters(metadata, infer_request.parameters)
+            if received:
+                trace = infer_request.trace = tracer.sample(request.model_name, dict(metadata))
+                if trace is not None:
+                    trace.timestamp(GRPC_WAITREAD_START, received)
+                    trace.now(GRPC_WAITREAD_END)
+                    return await self._traced_infer(infer_request, trace)
             return encode_infer_response(await self._engine.infer(infer_request))
         except DecoupledModel:
             raise DecoupledModel("ModelInfer RPC") from None
@@ -144,6 +165,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:
             log.exception("unexpected error serving ModelInfer for model '%s'", request.model_name)
             raise unexpected(exc) from exc
+
+    async def _traced_infer(self, infer_request: InferRequest, trace: RequestTrace) -> pb.ModelInferResponse:
+        try:
+            response = await self._engine.infer(infer_request)
+            trace.now(INFER_RESPONSE_COMPLETE)
+            trace.now(GRPC_SEND_START)
+            return encode_infer_response(response)
+        finally:
+            trace.now(GRPC_SEND_END)  # the response is encoded: the gRPC core sends it next
+            trace.close()
 
     def _decoupled(self, message: pb.ModelInferRequest) -> bool:
         try:
@@ -170,7 +201,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         # Not wrapped in _rpc: this is the hot path, and `infer` already turns every error into a NereidError.
         # A client that cancels the RPC cancels this coroutine, and with it the engine's request.
         try:
-            if self._forwarding is not None:
+            if self._forwarding is not None or self._tracer.active:
                 return await self.infer(request, context.invocation_metadata() or ())
             return await self.infer(request)
         except NereidError as exc:
@@ -273,6 +304,19 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self._engine.unregister_cuda_shared_memory(request.name or None)
         return pb.CudaSharedMemoryUnregisterResponse()
 
+    # trace extension
+    @_rpc
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context: Context
+    ) -> pb.TraceSettingResponse:
+        answer = self._engine.trace_setting(request.model_name)  # an unknown model is refused first
+        update = grpc_update({key: list(value.value) for key, value in request.settings.items()})
+        if update is not None:
+            answer = self._engine.trace_setting(request.model_name, update)
+        response = pb.TraceSettingResponse()
+        for key, value in answer:
+            response.settings[key].value.extend([value] if isinstance(value, str) else value)
+        return response
+
     # features of later versions: UNIMPLEMENTED, saying which
-    TraceSetting = _later("TraceSetting", "the trace extension")
     LogSettings = _later("LogSettings", "the logging extension")

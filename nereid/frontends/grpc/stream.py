@@ -12,6 +12,13 @@ from tritonclient.grpc import service_pb2 as pb
 from nereid.engine_client import EngineClient
 from nereid.errors import NereidError
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response
+from nereid.tracing.trace import (
+    GRPC_SEND_END,
+    GRPC_SEND_START,
+    GRPC_WAITREAD_END,
+    GRPC_WAITREAD_START,
+    INFER_RESPONSE_COMPLETE,
+)
 from nereid.types import InferRequest
 
 EMPTY_FINAL_KEY = "triton_enable_empty_final_response"
@@ -50,13 +57,27 @@ async def request_stream(
     request = decode_infer_request(message)
     if forward is not None:  # request headers that become parameters
         forward(request)
-    async for event in engine.infer_stream(request):
-        if event.error is not None:
-            yield _Failure(event.error, message.id, event.final)
-        elif event.response is not None:
-            yield final_response(encode_infer_response(event.response), event.final)
-        elif request.parameters.get(EMPTY_FINAL_KEY) is True:
-            yield final_response(pb.ModelInferResponse(model_name=message.model_name, id=message.id))
+    trace = None
+    if engine.tracer.active:
+        trace = request.trace = engine.tracer.sample(message.model_name)
+        if trace is not None:  # the request was read off the stream just now
+            trace.now(GRPC_WAITREAD_START)
+            trace.now(GRPC_WAITREAD_END)
+    try:
+        async for event in engine.infer_stream(request):
+            if trace is not None:
+                trace.now(INFER_RESPONSE_COMPLETE)
+                trace.now(GRPC_SEND_START)
+            if event.error is not None:
+                yield _Failure(event.error, message.id, event.final)
+            elif event.response is not None:
+                yield final_response(encode_infer_response(event.response), event.final)
+            elif request.parameters.get(EMPTY_FINAL_KEY) is True:
+                yield final_response(pb.ModelInferResponse(model_name=message.model_name, id=message.id))
+    finally:
+        if trace is not None:
+            trace.now(GRPC_SEND_END)
+            trace.close()
 
 
 class _Slot:

@@ -49,6 +49,14 @@ from nereid.frontends.http.repository import (
     decode_unload_request,
 )
 from nereid.settings import ServerSettings
+from nereid.tracing.trace import (
+    HTTP_RECV_END,
+    HTTP_RECV_START,
+    HTTP_SEND_END,
+    HTTP_SEND_START,
+    INFER_RESPONSE_COMPLETE,
+)
+from nereid.tracing.updates import http_update
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +78,8 @@ _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(?:(index)|models/([^
 _SHARED_MEMORY_ROUTE = re.compile(
     r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
 )
-_LATER = re.compile(r"/v2/(?:trace/setting|logging|models/[^/]+/trace/setting)")
+_LATER = re.compile(r"/v2/logging")
+_TRACE_ROUTE = re.compile(r"/v2(?:/models/([^/]+))?/trace/setting")
 _GROUP_BY_ACTION = {
     None: "metadata",
     "infer": "inference",
@@ -104,6 +113,7 @@ class HttpFrontend:
         self._console = console.Console(engine, settings) if settings.allow_console else None
         self._large_bodies = LargeBodyDecoder()
         self._forwarding = header_forwarding(settings.http_header_forward_pattern)
+        self._tracer = engine.tracer
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose: one line per request, at no cost otherwise
             self.handle = self._handle_and_log  # type: ignore[method-assign]
 
@@ -202,6 +212,10 @@ class HttpFrontend:
                 kind, region, action = match.groups()
                 _allow(method, "GET" if action == "status" else "POST")
                 return self._shared_memory(kind, region, action, request.body), False
+        if path.endswith("/trace/setting"):
+            match = _TRACE_ROUTE.fullmatch(path)
+            if match is not None:
+                return self._trace_setting(match.group(1) or "", method, request.body), False
         if self._console is not None and (path == console.PREFIX or path.startswith(console.PREFIX + "/")):
             return self._console.handle(request), False
         if _LATER.fullmatch(path) or _MODEL_ROUTE.fullmatch(path):
@@ -223,6 +237,19 @@ class HttpFrontend:
         else:
             await self._engine.unload_model(name, decode_unload_request(body))
         return HttpResponse(200, b"", [_JSON])
+
+    def _trace_setting(self, model_name: str, method: str, body: bytes) -> HttpResponse:
+        if method not in ("GET", "POST"):
+            raise _MethodNotAllowed()
+        answer = self._engine.trace_setting(model_name)  # an unknown model is refused before the body is read
+        if method == "POST":
+            answer = self._engine.trace_setting(model_name, http_update(body))
+        # Written pair by pair: a setting given more than once (opentelemetry `resource`) is listed as
+        # many times, as in Triton's answer.
+        body = (
+            b"{" + b",".join(orjson.dumps(key) + b":" + orjson.dumps(value) for key, value in answer) + b"}"
+        )
+        return HttpResponse(200, body, [_JSON])
 
     def _shared_memory(self, kind: str, region: str | None, action: str, body: bytes) -> HttpResponse:
         engine = self._engine
@@ -252,6 +279,7 @@ class HttpFrontend:
             raise Forbidden(f"This API is restricted, expecting header '{rule.header}'")
 
     async def _infer(self, name: str, version: str, request: HttpRequest) -> HttpResponse:
+        received = time.perf_counter_ns() if self._tracer.active else 0
         headers = request.headers
         body = request.body
         encoding = headers.get("content-encoding")
@@ -268,13 +296,27 @@ class HttpFrontend:
             infer_request = decode_infer_request(body, header_length, name, version)
         if self._forwarding is not None:
             self._forwarding.add_parameters(headers.items(), infer_request.parameters)
+        trace = None
+        if received:
+            trace = infer_request.trace = self._tracer.sample(name, headers)
+            if trace is not None:
+                trace.timestamp(HTTP_RECV_START, received)
+                trace.now(HTTP_RECV_END)
         try:
-            response = await self._engine.infer(infer_request)
-        except DecoupledModel:
-            if wants_events(headers.get("accept")):  # beyond Triton: the responses as a stream
-                return await event_stream(self._engine, infer_request, flat=False)
-            raise DecoupledModel("HTTP end point") from None
-        payload, json_length = encode_infer_response(response, infer_request)
+            try:
+                response = await self._engine.infer(infer_request)
+            except DecoupledModel:
+                if wants_events(headers.get("accept")):  # beyond Triton: the responses as a stream
+                    return await event_stream(self._engine, infer_request, flat=False)
+                raise DecoupledModel("HTTP end point") from None
+            if trace is not None:
+                trace.now(INFER_RESPONSE_COMPLETE)
+                trace.now(HTTP_SEND_START)
+            payload, json_length = encode_infer_response(response, infer_request)
+        finally:
+            if trace is not None:
+                trace.now(HTTP_SEND_END)  # the response is encoded: the connection writes it next
+                trace.close()
         if json_length is None:
             return HttpResponse(200, payload, [_JSON])
         return HttpResponse(

@@ -137,7 +137,6 @@ def test_repository_index(grpc_server: InProcessServer) -> None:
 @pytest.mark.parametrize(
     ("rpc", "request_message", "feature"),
     [
-        ("TraceSetting", pb.TraceSettingRequest(), "trace"),
         ("LogSettings", pb.LogSettingsRequest(), "logging"),
     ],
 )
@@ -149,6 +148,21 @@ def test_features_of_later_versions_are_unimplemented(
     error = _error(info.value)
     assert error.code() == grpc.StatusCode.UNIMPLEMENTED
     assert error.details().startswith(f"{rpc}: ") and feature in error.details()
+
+
+def test_trace_setting(grpc_server: InProcessServer) -> None:
+    """Read, update, then refuse an unknown model, on either gRPC core."""
+    answer = grpc_server.stub.TraceSetting(pb.TraceSettingRequest(model_name="simple"))
+    assert list(answer.settings["trace_level"].value) == ["OFF"]
+    request = pb.TraceSettingRequest(model_name="simple")
+    request.settings["trace_rate"].value.append("7")
+    answer = grpc_server.stub.TraceSetting(request)
+    assert list(answer.settings["trace_rate"].value) == ["7"]
+    assert list(grpc_server.stub.TraceSetting(pb.TraceSettingRequest()).settings["trace_rate"].value) == ["1000"]
+    with pytest.raises(grpc.RpcError) as info:
+        grpc_server.stub.TraceSetting(pb.TraceSettingRequest(model_name="nope"))
+    assert _error(info.value).code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert _error(info.value).details() == "Request for unknown model : nope"
 
 
 def test_infer_raw_and_typed_give_the_same_answer(grpc_server: InProcessServer) -> None:

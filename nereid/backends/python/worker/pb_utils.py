@@ -276,10 +276,16 @@ class PreferredMemory:
 
 
 class InferenceTrace:
-    """The request's trace; tracing is not available yet, so there is no context to propagate."""
+    """The request's trace, when it is traced: a BLS request given `trace=request.trace()` is traced as
+    the request's child. `get_context()` is its OpenTelemetry context (JSON with `traceparent`), or None."""
+
+    def __init__(self, trace_id: int = 0, context: str | None = None, handle: Any = None) -> None:
+        self._id = trace_id
+        self._context = context
+        self._handle = handle  # the server's own trace object, for models run in the server process
 
     def get_context(self, mode: str = "opentelemetry") -> str | None:
-        return None
+        return self._context
 
 
 def _parameters_json(parameters: Any) -> str:
@@ -323,7 +329,8 @@ class InferenceRequest:
         self._parameters = _parameters_json(parameters)
         self._trace = trace or InferenceTrace()
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
-        self.model_name = model_name
+        # Triton's binding takes bytes for a str too: models pass names read from BYTES tensors as they are
+        self.model_name = model_name.decode() if isinstance(model_name, bytes) else model_name
         self.model_version = model_version
         self.preferred_memory = preferred_memory or PreferredMemory()
 
@@ -338,6 +345,7 @@ class InferenceRequest:
         timeout: int,
         output_names: Sequence[str],
         stream_id: int = 0,
+        trace: InferenceTrace | None = None,
     ) -> InferenceRequest:
         # One per request on the hot path: set what varies, the rest are class-level defaults.
         request = cls.__new__(cls)
@@ -349,6 +357,8 @@ class InferenceRequest:
         request._flags = flags
         request._timeout = timeout
         request._parameters = parameters
+        if trace is not None:
+            request._trace = trace
         return request
 
     # Defaults of received requests (instances override what they set).
@@ -441,6 +451,7 @@ class InferenceRequest:
             self._timeout,
             tuple(self._output_names),
             tuple(inputs),
+            self._trace._id,  # 0: not traced
         )
         version = int(self.model_version)
         return lambda call_id: (wire.BLS, call_id, self.model_name, version, decoupled, request)

@@ -238,14 +238,32 @@ class Worker:
         wrap = pb_utils.Tensor._wrap
         requests = []
         wanted = []
-        for request_id, correlation_id, flags, parameters, timeout, names, inputs, stream in raw_requests:
+        for (
+            request_id,
+            correlation_id,
+            flags,
+            parameters,
+            timeout,
+            names,
+            inputs,
+            stream,
+            traced,
+        ) in raw_requests:
             tensors = [
                 wrap(name, datatype, arena.array(datatype, shape, offset, nbytes))  # type: ignore[union-attr]
                 for name, datatype, shape, offset, nbytes in inputs
             ]
             requests.append(
                 pb_utils.InferenceRequest._received(
-                    tensors, request_id, correlation_id, flags, parameters, timeout, names, stream
+                    tensors,
+                    request_id,
+                    correlation_id,
+                    flags,
+                    parameters,
+                    timeout,
+                    names,
+                    stream,
+                    None if traced is None else pb_utils.InferenceTrace(*traced),
                 )
             )
             wanted.append(names)
