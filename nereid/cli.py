@@ -360,6 +360,11 @@ def _log_settings(args: argparse.Namespace) -> LogSettings:
 def _cache_settings(args: argparse.Namespace) -> CacheSettings | None:
     items = list(args.cache_config)
     if args.response_cache_byte_size is not None:  # Triton's older flag for the local cache
+        if items:
+            raise SystemExit(
+                "nereid: Incompatible flags --response-cache-byte-size and --cache-config both provided. "
+                "Please provide one or the other."
+            )
         items.insert(0, f"local,size={args.response_cache_byte_size}")
     try:
         return CacheSettings.parse(items)

@@ -17,6 +17,7 @@ import grpc
 
 from nereid import TRITON_PROTOCOL_VERSION, __version__
 from nereid.backends.python.process import kill_all_workers
+from nereid.cache import probe_cache
 from nereid.engine import Engine
 from nereid.errors import NereidError, Unavailable
 from nereid.frontends.grpc import start_grpc_server
@@ -31,6 +32,8 @@ log = logging.getLogger("nereid")
 
 
 def build_engine(settings: ServerSettings, server_log: ServerLog | None = None) -> Engine:
+    if settings.response_cache is not None:
+        probe_cache(settings.response_cache)  # a Redis that does not answer stops the start, as in Triton
     models = ModelManager(settings)
     engine = Engine(settings, models, server_log)
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,13 +117,34 @@ class CacheSettings:
             if not sep or not key or not name:
                 raise ValueError(f"expected <cache>,<key>=<value>, got '{item}'")
             if kind and name != kind:
-                raise ValueError(f"only one response cache can be configured, got '{kind}' and '{name}'")
+                raise ValueError(
+                    f"found multiple cache configurations, but only a single cache is currently supported "
+                    f"(got '{kind}' and '{name}')"
+                )
             kind = name
             values[key] = value
         if not kind:
             return None
         if kind not in ("local", "redis"):
             raise ValueError(f"unknown response cache '{kind}': expected 'local' or 'redis'")
+        if kind == "redis":
+            if "host" not in values or "port" not in values:
+                raise ValueError(
+                    "Failed to initialize RedisCache, didn't specify address. Must at a minimum specify 'host' "
+                    "and 'port' in the configuration - e.g. --cache-config redis,host=redis --cache-config "
+                    "redis,port=6379"
+                )
+            # Triton reads the port as C's atoi does: a port that is not a number is 0, which then fails to
+            # connect at start with Triton's text rather than at parsing.
+            digits = re.match(r"\s*[+-]?\d+", values["port"])
+            values["port"] = digits.group(0).strip() if digits else "0"
+            # Credentials may come from the environment instead of the command line (Triton's variables).
+            for key, variable in (
+                ("user", "TRITONCACHE_REDIS_USERNAME"),
+                ("password", "TRITONCACHE_REDIS_PASSWORD"),
+            ):
+                if key not in values and os.environ.get(variable):
+                    values[key] = os.environ[variable]
         fields = {"size": int, "host": str, "port": int, "user": str, "password": str, "db": int,
                   "timeout_ms": int, "ttl_s": int}  # fmt: skip
         settings: dict[str, object] = {}

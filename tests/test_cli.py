@@ -64,6 +64,32 @@ def test_rate_limit_flags() -> None:
         parse_settings(["--model-repository=/a", "--rate-limit-resource=R1"])
 
 
+def test_cache_flags_refused_with_tritons_texts(monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = "--model-repository=/a"
+    settings, _ = parse_settings([repo, "--response-cache-byte-size=8192"])
+    assert settings.response_cache is not None and settings.response_cache.size == 8192
+    with pytest.raises(SystemExit, match="Incompatible flags --response-cache-byte-size and --cache-config"):
+        parse_settings([repo, "--response-cache-byte-size=1", "--cache-config=local,size=2"])
+    with pytest.raises(SystemExit, match="found multiple cache configurations"):
+        parse_settings([repo, "--cache-config=local,size=2", "--cache-config=redis,key=value"])
+    with pytest.raises(SystemExit, match="Must at a minimum specify 'host' and 'port'"):
+        parse_settings([repo, "--cache-config=redis,port=6379"])
+    # a port that is no number is 0 (C's atoi, as in Triton): the start then fails to connect
+    settings, _ = parse_settings(
+        [repo, "--cache-config=redis,host=h", "--cache-config=redis,port=nonexistent"]
+    )
+    assert settings.response_cache is not None and settings.response_cache.port == 0
+    # credentials from Triton's environment variables, unless the flags give them
+    monkeypatch.setenv("TRITONCACHE_REDIS_USERNAME", "default")
+    monkeypatch.setenv("TRITONCACHE_REDIS_PASSWORD", "from-env")
+    redis = [repo, "--cache-config=redis,host=h", "--cache-config=redis,port=1"]
+    settings, _ = parse_settings(redis)
+    assert settings.response_cache is not None
+    assert (settings.response_cache.user, settings.response_cache.password) == ("default", "from-env")
+    settings, _ = parse_settings([*redis, "--cache-config=redis,password=flag"])
+    assert settings.response_cache is not None and settings.response_cache.password == "flag"
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from nereid.cache.entry import decode_entry, encode_entry
 from nereid.cache.key import CacheKey, cache_key
+from nereid.cache.local import EntryTooLarge
 from nereid.errors import InvalidArgument
 from nereid.settings import CacheSettings
 from nereid.types import InferTensor
@@ -50,6 +51,9 @@ class ResponseCache:
     async def insert(self, key: CacheKey, outputs: list[InferTensor]) -> None:
         try:
             await self._store.set(key.digest, encode_entry(key.material, outputs))
+        except EntryTooLarge as exc:  # the cache works; this response is too big for it (Triton's text)
+            log.error("Failed to insert key [%s] into response cache: %s", key.digest.hex(), exc)
+            return
         except Exception as exc:
             self._failed("insert", exc)
             return
@@ -62,6 +66,14 @@ class ResponseCache:
 
     def close(self) -> None:
         self._store.close()
+
+
+def probe_cache(settings: CacheSettings) -> None:
+    """At start: a Redis cache must answer (Triton's server does not start otherwise); Unavailable if not."""
+    if settings.kind == "redis":
+        from nereid.cache.redis import probe
+
+        probe(settings)
 
 
 def create_cache(settings: CacheSettings) -> ResponseCache:
@@ -77,4 +89,4 @@ def create_cache(settings: CacheSettings) -> ResponseCache:
     raise InvalidArgument(f"unknown response cache '{settings.kind}': expected 'local' or 'redis'")
 
 
-__all__ = ["CacheKey", "ResponseCache", "cache_key", "create_cache"]
+__all__ = ["CacheKey", "ResponseCache", "cache_key", "create_cache", "probe_cache"]

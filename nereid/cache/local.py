@@ -1,10 +1,15 @@
 """The `local` response cache: entries in this process, at most `size` bytes of them, least recently used
-out first. An entry larger than the whole cache is not kept."""
+out first. An entry larger than the whole cache is refused (EntryTooLarge) and not kept."""
 
 from __future__ import annotations
 
 import collections
 import threading
+
+
+class EntryTooLarge(Exception):
+    def __init__(self, needed: int, size: int) -> None:
+        super().__init__(f"Requested byte_size: {needed} is greater than total cache size: {size}")
 
 
 class LocalStore:
@@ -24,7 +29,7 @@ class LocalStore:
     async def set(self, digest: bytes, entry: bytes) -> None:
         cost = len(entry) + len(digest)
         if cost > self.size:
-            return
+            raise EntryTooLarge(cost, self.size)
         with self._lock:
             old = self._entries.pop(digest, None)
             if old is not None:

@@ -1,12 +1,14 @@
 """The `redis` response cache: entries in a Redis server (the `redis` package, `pip install nereid[redis]`).
 
 Timeouts are short: a Redis server that does not answer costs a request at most the timeout, and the
-request is then served without the cache.
+request is then served without the cache. At start, though, the server must answer: as in Triton, a Redis
+that cannot be reached or refuses the credentials keeps the server from starting (`probe`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -23,6 +25,29 @@ async def _in_task(call: Awaitable[T]) -> T:
     if asyncio.current_task() is None:
         return await asyncio.ensure_future(call)
     return await call
+
+
+def probe(settings: CacheSettings) -> None:
+    """Connect, authenticate and PING once, with plain RESP over a socket so that a refusal reads as Redis
+    wrote it (`WRONGPASS ...`, `NOAUTH ...`); raise Unavailable with Triton's wording when that fails."""
+    prefix = "Failed to initialize RedisCache: "
+    where = f"{settings.host}:{settings.port}"
+    commands = [[b"PING"]]
+    if settings.password:
+        auth = [settings.user, settings.password] if settings.user else [settings.password]
+        commands.insert(0, [b"AUTH", *(part.encode() for part in auth)])
+    try:
+        with socket.create_connection((settings.host, settings.port), settings.timeout_ms / 1000) as conn:
+            replies = conn.makefile("rb")
+            for command in commands:
+                conn.sendall(
+                    b"".join([b"*%d\r\n" % len(command), *(b"$%d\r\n%s\r\n" % (len(a), a) for a in command)])
+                )
+                reply = replies.readline().decode(errors="replace").strip()
+                if not reply or reply.startswith("-"):
+                    raise Unavailable(prefix + (reply[1:] or f"no reply from Redis ({where})"))
+    except OSError as exc:
+        raise Unavailable(f"{prefix}failed to connect to Redis ({where}): {exc.strerror or exc}") from None
 
 
 class RedisStore:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from nereid.errors import ModelConfigError
+from nereid.errors import InvalidArgument, ModelConfigError
 from nereid.model_config.parse import ConfigSource
 
 _Report = Callable[[str | None, str], None]
@@ -49,6 +49,16 @@ def validate_config(config: mc.ModelConfig, source: ConfigSource, model_dir_name
     if problems:
         raise ModelConfigError(
             f"invalid model configuration for model '{model_dir_name}':\n  " + "\n  ".join(problems)
+        )
+
+
+def check_response_cache(config: mc.ModelConfig, decoupled: bool) -> None:
+    """Triton refuses `response_cache { enable: true }` on a decoupled model (for an ensemble: one with a
+    decoupled step), whether or not the server has a cache: its responses are a stream, not one answer."""
+    if config.response_cache.enable and decoupled:
+        raise InvalidArgument(
+            f"Response Cache does not currently support model {config.name} with 'decoupled' transaction "
+            "policy. Please disable the response cache."
         )
 
 

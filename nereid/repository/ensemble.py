@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.errors import InvalidArgument, NereidError
-from nereid.model_config import ConfigSource, config_to_json, read_config, validate_config
+from nereid.model_config import (
+    ConfigSource,
+    check_response_cache,
+    config_to_json,
+    read_config,
+    validate_config,
+)
 from nereid.model_config.ensemble import is_ensemble, step_models, validate_ensemble_config
 from nereid.repository.model import ModelVersion, model_metadata, read_labels, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, version_folders
@@ -50,6 +56,8 @@ def load_ensemble(
         validate_config(config, config_source, name)
         validate_ensemble_config(config)
         member_configs = check_members(config, members)
+        decoupled = [config, *member_configs]  # an ensemble streams when it, or one of its steps, does
+        check_response_cache(config, any(c.model_transaction_policy.decoupled for c in decoupled))
         labels = _labels(source, config, members)
     except NereidError as exc:
         result.failures[None] = exc.message

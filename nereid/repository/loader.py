@@ -16,7 +16,14 @@ from nereid.backends.base import AsyncModelInstance, Backend, ModelInstance
 from nereid.custom_metrics import CustomMetrics
 from nereid.engine_client import ModelServices
 from nereid.errors import ModelConfigError, NereidError, Unavailable
-from nereid.model_config import ConfigSource, config_from_json, config_to_json, read_config, validate_config
+from nereid.model_config import (
+    ConfigSource,
+    check_response_cache,
+    config_from_json,
+    config_to_json,
+    read_config,
+    validate_config,
+)
 from nereid.model_config.ensemble import is_ensemble
 from nereid.model_config.sequence import check_sequence_batching, fill_sequence_defaults
 from nereid.repository.ensemble import load_ensemble
@@ -140,6 +147,7 @@ def _complete_config(
         backend.auto_complete(config, latest / config.default_model_filename, settings.default_max_batch_size)
     _fill_defaults(config, backend)
     validate_config(config, config_source, source.name)
+    check_response_cache(config, config.model_transaction_policy.decoupled)
     check_sequence_batching(config)
     if backend.requires_io and not config.input and not config.output:
         raise ModelConfigError(
@@ -278,7 +286,8 @@ def _load_version(
             instance.close()
         raise
     try:
-        warm_up(scheduler.pool, samples, config)  # before the version serves, so before it is READY
+        # before the version serves, so before it is READY; counted in its statistics, as Triton counts it
+        warm_up(scheduler.pool, samples, config, statistics)
     except BaseException:
         scheduler.stop()
         raise

@@ -62,7 +62,8 @@ class ModelVersion:
     def __post_init__(self) -> None:
         self.max_batch_size = self.config.max_batch_size
         self.decoupled = self.config.model_transaction_policy.decoupled
-        # Triton caches neither decoupled nor sequence-batched models' responses.
+        # Triton caches neither decoupled (refused at load when the cache is enabled) nor sequence-batched
+        # models' responses.
         self.response_cache = (
             self.config.response_cache.enable
             and not self.decoupled

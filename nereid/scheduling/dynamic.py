@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,17 @@ from nereid.statistics import ModelStatistics, RequestTiming
 
 Clock = Callable[[], float]
 log = logging.getLogger(__name__)
+
+# Triton's testing hook: the batcher starts deciding only once this many requests are queued (once).
+DELAY_SCHEDULER_ENV = "TRITONSERVER_DELAY_SCHEDULER"
+
+
+def _delay_count() -> int:
+    """TRITONSERVER_DELAY_SCHEDULER's count; unset or not a number: 0 (no delay)."""
+    try:
+        return int(os.environ.get(DELAY_SCHEDULER_ENV, "0"))
+    except ValueError:
+        return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +162,11 @@ class DynamicBatcher:
         self._dispatched = 0
         self._released = 0  # batches whose results went out, under preserve_ordering
         self._finished_early: dict[int, _Batch] = {}
+        self._held_until = max(0, _delay_count())  # queued requests before the first decision; 0: none
+        if self._held_until:
+            log.info(
+                "Delaying batcher thread for %s until %d queued requests...", model_label, self._held_until
+            )
 
     # the Scheduler protocol
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
@@ -212,6 +229,10 @@ class DynamicBatcher:
     def _schedule(self, woken: bool = False) -> None:
         """Dispatch every batch the policy allows now; arm the timer for the next time it may change.
         `woken`: called by the timer, so timeouts are due even if no instance is free."""
+        if self._held_until:
+            if len(self._queue) < self._held_until:
+                return
+            self._held_until = 0
         while self._queue:
             instance = self.pool.idle()
             if instance < 0 and not woken:

@@ -4,8 +4,10 @@ instance group names are free, across every loaded model.
 Resources are per device unless a model config marks them `global`. How many copies exist: what
 `--rate-limit-resource=<name>:<count>[:<device>]` says, else the most any registered instance needs.
 When resources free up, the instance pools waiting for them are woken in stride order: each execution
-adds the instance's `priority` to its pass, and the lowest pass goes first, so an instance of priority 2
-gets half the turns of one of priority 1 when both wait (Triton's rule).
+adds the instance's `priority` to its pass, and the instance whose pass would be lowest once its next
+execution is counted goes first (weighted fair queueing's finish order; at a tie, the higher priority,
+i.e. the lower number). So an instance of priority 2 gets half the turns of one of priority 1 when both
+wait (Triton's rule), and the priority 1 instance takes the first two of every three turns, as in Triton.
 
 Acquire and release happen on event loops (and on a warmup's loop while a model loads), so every change
 takes the lock; each is a few dictionary operations.
@@ -34,6 +36,10 @@ class Claim:
     device: int
     priority: int = 1
     passes: int = 0  # stride scheduling: grows by `priority` with each execution
+
+    def turn(self) -> tuple[int, int]:
+        """Its place in the queue for resources, the lowest first: its pass after its next execution."""
+        return (self.passes + self.priority, self.priority)
 
     @classmethod
     def for_group(cls, label: str, group: mc.ModelInstanceGroup, device: int) -> Claim:
@@ -125,7 +131,7 @@ class RateLimiter:
         names = {name for name, _, _ in claim.resources}
         return any(
             other is not claim
-            and other.passes < claim.passes
+            and other.turn() < claim.turn()
             and any(name in names for name, _, _ in other.resources)
             for waiter in self._waiters.values()
             for other in waiter.claims
@@ -150,7 +156,7 @@ class RateLimiter:
                 key = (name, None if is_global else claim.device)
                 self._allocated[key] -= count
             due = [(owner, w) for owner, w in self._waiters.items() if not w.scheduled]
-            due.sort(key=lambda item: min(c.passes for c in item[1].claims))
+            due.sort(key=lambda item: min(c.turn() for c in item[1].claims))
             for _, waiter in due:
                 waiter.scheduled = True
         for owner, waiter in due:

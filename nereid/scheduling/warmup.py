@@ -1,7 +1,9 @@
 """Model warmup (`model_warmup` in the config): samples run on every instance before the version serves.
 
 As in Triton, a sample of `batch_size` N is N requests of one batch row each, executed together `count`
-times on each instance, straight through the instance pool (no queue, no statistics). Inputs are zeros,
+times on each instance, straight through the instance pool (no queue). Triton 2.51 counts those executions
+in the model's statistics (requests, executions, batch sizes) as any other, so they are counted here too
+when the pool's model keeps statistics. Inputs are zeros,
 random values, or the raw bytes of a file in the model's `warmup/` folder. A sample that fails fails the
 load, with Triton's text. Samples of batch size 0 are skipped, as Triton skips them.
 """
@@ -12,6 +14,7 @@ import asyncio
 import concurrent.futures
 import logging
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from nereid.backends.responses import ResponseStream
 from nereid.datatypes import config_to_wire, deserialize_bytes, element_size, numpy_dtype
 from nereid.errors import InvalidArgument, NereidError
 from nereid.scheduling.instances import InstancePool
+from nereid.statistics import ModelStatistics, RequestTiming
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +107,17 @@ def _read(path: Path) -> bytes:
         raise InvalidArgument(f"unable to read warmup data file '{path}': {exc.strerror}") from None
 
 
-def warm_up(pool: InstancePool, samples: list[WarmupSample], config: mc.ModelConfig) -> None:
-    """Run every sample on every instance (blocking: call from a loading thread, not the event loop)."""
+def warm_up(
+    pool: InstancePool,
+    samples: list[WarmupSample],
+    config: mc.ModelConfig,
+    statistics: ModelStatistics | None = None,
+) -> None:
+    """Run every sample on every instance (blocking: call from a loading thread, not the event loop);
+    successful executions go into `statistics`, as Triton counts them."""
     if not samples:
         return
-    coroutine = _warm_up(pool, samples, config)
+    coroutine = _warm_up(pool, samples, config, statistics)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -117,7 +127,12 @@ def warm_up(pool: InstancePool, samples: list[WarmupSample], config: mc.ModelCon
         runner.submit(asyncio.run, coroutine).result()
 
 
-async def _warm_up(pool: InstancePool, samples: list[WarmupSample], config: mc.ModelConfig) -> None:
+async def _warm_up(
+    pool: InstancePool,
+    samples: list[WarmupSample],
+    config: mc.ModelConfig,
+    statistics: ModelStatistics | None,
+) -> None:
     outputs = tuple(o.name for o in config.output)
     decoupled = config.model_transaction_policy.decoupled
     for index in range(len(pool)):
@@ -130,7 +145,7 @@ async def _warm_up(pool: InstancePool, samples: list[WarmupSample], config: mc.M
                     sample.name,
                     iteration,
                 )
-                errors = await _run_sample(pool, index, sample, outputs, decoupled)
+                errors = await _run_sample(pool, index, sample, outputs, decoupled, statistics)
                 if errors:
                     raise InvalidArgument(
                         f"failed to run warmup sample '{sample.name}': " + "".join(f"{e}; " for e in errors)
@@ -138,17 +153,28 @@ async def _warm_up(pool: InstancePool, samples: list[WarmupSample], config: mc.M
 
 
 async def _run_sample(
-    pool: InstancePool, index: int, sample: WarmupSample, outputs: tuple[str, ...], decoupled: bool
+    pool: InstancePool,
+    index: int,
+    sample: WarmupSample,
+    outputs: tuple[str, ...],
+    decoupled: bool,
+    statistics: ModelStatistics | None,
 ) -> list[str]:
     """The errors the sample's requests met; decoupled models' responses are read to their end."""
     requests = [
         BackendRequest(sample.inputs, outputs, stream=ResponseStream() if decoupled else None)
         for _ in range(sample.batch_size)
     ]
-    done: asyncio.Future[list[BackendResult]] = asyncio.get_running_loop().create_future()
-    pool.submit(index, requests, lambda results, _started, _ended: done.set_result(results), limited=False)
-    results = await done
+    done: asyncio.Future[tuple[list[BackendResult], int, int]] = asyncio.get_running_loop().create_future()
+    submitted = time.perf_counter_ns()
+    pool.submit(index, requests, lambda *ended: done.set_result(ended), limited=False)
+    results, started, ended = await done
     errors = [str(r) for r in results if isinstance(r, NereidError)]
+    if statistics is not None and not errors:
+        timing = RequestTiming(queue_ns=max(0, started - submitted), infer_ns=ended - started, batched=True)
+        statistics.record_execution(sample.batch_size, 0, timing.infer_ns, 0)
+        for _ in requests:
+            statistics.record_batched_request(time.perf_counter_ns() - submitted, timing, 0, 0)
     for request, result in zip(requests, results, strict=True):
         if request.stream is None or isinstance(result, NereidError):
             continue

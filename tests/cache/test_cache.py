@@ -9,9 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from nereid.cache import ResponseCache, cache_key, create_cache
+from nereid.cache import ResponseCache, cache_key, create_cache, probe_cache
 from nereid.cache.entry import decode_entry, encode_entry
 from nereid.cache.local import LocalStore
+from nereid.errors import Unavailable
 from nereid.settings import CacheSettings
 from nereid.types import InferTensor
 from tests.cache.conftest import free_port
@@ -69,7 +70,9 @@ def test_a_colliding_digest_is_a_miss() -> None:
     asyncio.run(go())
 
 
-def test_the_local_store_stays_within_its_bytes_evicting_the_least_recently_used() -> None:
+def test_the_local_store_stays_within_its_bytes_evicting_the_least_recently_used(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     entry_size = len(encode_entry(_key().material, _outputs())) + 16
     store = LocalStore(entry_size * 3)
     cache = ResponseCache(store)
@@ -86,8 +89,15 @@ def test_the_local_store_stays_within_its_bytes_evicting_the_least_recently_used
     assert asyncio.run(go()) == [True, False, False, True, True]
     assert store.used <= store.size and len(store) == 3
     huge = [InferTensor("O", "INT8", (entry_size * 4,), np.zeros(entry_size * 4, np.int8))]
-    asyncio.run(cache.insert(_key(9), huge))  # larger than the whole cache: not kept, nothing evicted
+    with caplog.at_level(logging.ERROR, logger="nereid.cache"):
+        asyncio.run(cache.insert(_key(9), huge))  # larger than the whole cache: not kept, nothing evicted
     assert len(store) == 3
+    # Triton's error line, which its QA suite looks for
+    (record,) = caplog.records
+    assert record.getMessage().startswith(
+        f"Failed to insert key [{_key(9).digest.hex()}] into response cache: "
+    )
+    assert f"is greater than total cache size: {store.size}" in record.getMessage()
 
 
 class _BrokenStore:
@@ -153,3 +163,19 @@ def test_an_unreachable_redis_costs_at_most_its_timeout() -> None:
         return time.monotonic() - start
 
     assert asyncio.run(go()) < 1.5  # one attempt of 200 ms, no retries
+
+
+def test_the_start_probe_reports_what_redis_answers(redis_server: int) -> None:
+    """At start a Redis cache must answer, or the server does not start: Triton's wording, Redis's reply."""
+    address = {"host": "127.0.0.1", "port": redis_server}
+    probe_cache(CacheSettings("redis", **address, password="secret"))  # answers: nothing raised
+    with pytest.raises(Unavailable, match="^Failed to initialize RedisCache: WRONGPASS "):
+        probe_cache(CacheSettings("redis", **address, password="wrong"))
+    with pytest.raises(Unavailable, match="^Failed to initialize RedisCache: NOAUTH Authentication required"):
+        probe_cache(CacheSettings("redis", **address))
+    closed = free_port()
+    with pytest.raises(
+        Unavailable, match=rf"failed to connect to Redis \(127.0.0.1:{closed}\): Connection refused"
+    ):
+        probe_cache(CacheSettings("redis", host="127.0.0.1", port=closed))
+    probe_cache(CacheSettings("local", size=10))  # a local cache has nothing to reach

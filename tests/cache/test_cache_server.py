@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.cache.conftest import REDIS_PASSWORD
-from tests.conftest import EXAMPLES, RunningServer, free_ports, start_nereid, stop
+from tests.conftest import EXAMPLES, ROOT, RunningServer, free_ports, start_nereid, stop
 
 
 def _repository(base: Path) -> Path:
@@ -137,3 +138,40 @@ def test_a_redis_that_goes_away_costs_no_request(tmp_path: Path, redis_server: i
     finally:
         stop(server.process)
     assert server.log().count("response cache lookup failed") == 1
+
+
+def test_a_server_whose_redis_refuses_it_does_not_start(tmp_path: Path, redis_server: int) -> None:
+    flags = [f for f in _redis_flags(redis_server) if "password" not in f]
+    done = subprocess.run(
+        [sys.executable, "-m", "nereid", f"--model-repository={_repository(tmp_path)}", "--allow-grpc=false",
+         "--allow-metrics=false", f"--http-port={free_ports(1)[0]}", "--http-address=127.0.0.1", *flags],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Failed to initialize RedisCache: NOAUTH Authentication required" in done.stderr
+
+
+def test_a_decoupled_model_with_the_cache_enabled_fails_to_load(tmp_path: Path) -> None:
+    """Triton refuses the config (its responses are a stream); the other models serve."""
+    repository = _repository(tmp_path)
+    shutil.copytree(ROOT / "tests" / "pipelines" / "models" / "repeat", repository / "repeat")
+    with (repository / "repeat" / "config.pbtxt").open("a") as config:
+        config.write("\nresponse_cache { enable: true }\n")
+    server = start_nereid(
+        repository,
+        tmp_path / "nereid.log",
+        "--cache-config=local,size=1048576",
+        "--exit-on-error=false",
+        "--strict-readiness=false",
+    )
+    try:
+        index = httpclient.InferenceServerClient(server.url).get_model_repository_index()
+    finally:
+        stop(server.process)
+    states = {m["name"]: (m["state"], m.get("reason", "")) for m in index}
+    assert states["simple"][0] == "READY"
+    assert states["repeat"] == (
+        "UNAVAILABLE",
+        "Response Cache does not currently support model repeat with 'decoupled' transaction policy. "
+        "Please disable the response cache.",
+    )

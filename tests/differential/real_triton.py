@@ -64,3 +64,10 @@ def triton_command(
         *grpc,
         "--allow-metrics=false",
     ], env
+
+
+def triton_cache_flag() -> str:
+    """--cache-directory for the pytriton build: its `local` response cache lives beside its backends, not in
+    Triton's default /opt/tritonserver/caches (the build has no `redis` cache)."""
+    command, _ = install_triton()
+    return f"--cache-directory={Path(command[0]).parent.parent / 'caches'}"

@@ -13,6 +13,7 @@ import shutil
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,20 +37,18 @@ class Server:
     metrics: str
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory, python_execution_mode: str) -> Iterator[list[Server]]:
-    base = tmp_path_factory.mktemp("batching")
-    repository = base / "repository"
-    shutil.copytree(HERE / "batching_models", repository)
-    for name in ("limited", "timed"):  # the same model behind other queue policies
-        (repository / name / "1").mkdir()
-        shutil.copy(repository / "gated" / "1" / "model.py", repository / name / "1")
+@contextmanager
+def servers_with_metrics(
+    base: Path, repository: Path, python_execution_mode: str, *flags: str, triton_flags: tuple[str, ...] = ()
+) -> Iterator[list[Server]]:
+    """Triton and Nereid on `repository` with `flags`, each with its metrics endpoint."""
     triton_port, nereid_port = free_ports(2)
     with server_pair(
         base,
         "--allow-metrics=true",
+        *flags,
         repository=repository,
-        triton_flags=(f"--metrics-port={triton_port}",),
+        triton_flags=(f"--metrics-port={triton_port}", *triton_flags),
         nereid_flags=(
             f"--metrics-port={nereid_port}",
             "--metrics-address=127.0.0.1",
@@ -60,6 +59,18 @@ def servers(tmp_path_factory: pytest.TempPathFactory, python_execution_mode: str
             Server("triton", pair.triton_http, f"http://127.0.0.1:{triton_port}/metrics"),
             Server("nereid", pair.nereid_http, f"http://127.0.0.1:{nereid_port}/metrics"),
         ]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory, python_execution_mode: str) -> Iterator[list[Server]]:
+    base = tmp_path_factory.mktemp("batching")
+    repository = base / "repository"
+    shutil.copytree(HERE / "batching_models", repository)
+    for name in ("limited", "timed"):  # the same model behind other queue policies
+        (repository / name / "1").mkdir()
+        shutil.copy(repository / "gated" / "1" / "model.py", repository / name / "1")
+    with servers_with_metrics(base, repository, python_execution_mode) as pair:
+        yield pair
 
 
 def _infer(server: Server, model: str, value: float, gate: Path | None = None) -> tuple[int, Any]:

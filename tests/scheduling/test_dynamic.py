@@ -393,3 +393,31 @@ async def test_stopping_fails_what_is_still_queued() -> None:
         await asyncio.wait_for(queued, WAIT_S)
     instance.finish(0)
     await busy
+
+
+def test_triton_delay_scheduler_holds_the_first_decision_until_that_many_are_queued(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TRITONSERVER_DELAY_SCHEDULER=N, Triton's testing hook: nothing runs until N requests are queued,
+    then the batcher decides as usual from then on."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+
+    async def go() -> None:
+        instance = GatedInstance()
+        batcher = _batcher(_config(max_batch_size=2), instance)
+        tasks = [_send(batcher, _request(1)), _send(batcher, _request(2))]
+        await _settle()
+        assert instance.submissions == [] and batcher.pending() == 2
+        tasks.append(_send(batcher, _request(3)))
+        await instance.wait_for(1)
+        assert instance.batch(0) == [1, 2]
+        instance.finish(0)
+        await instance.wait_for(2)
+        instance.finish(1)
+        tasks.append(_send(batcher, _request(4)))  # the hold is over: one request runs at once
+        await instance.wait_for(3)
+        assert instance.batch(2) == [4]
+        instance.finish(2)
+        await asyncio.gather(*tasks)
+
+    asyncio.run(go())

@@ -131,6 +131,29 @@ def test_priorities_share_turns_in_proportion() -> None:
     assert 18 <= first_30.count("p1") <= 22, first_30
 
 
+def test_priority_one_takes_the_first_two_of_every_three_turns() -> None:
+    """Both instances always wait for the one resource: the order is Triton's, p1 p1 p2 repeated (the
+    phase matters to Triton's own test, which counts the turns up to a cut-off)."""
+    limiter = RateLimiter([ResourceLimit("R", 1)])
+    claims = [Claim(name, (("R", False, 1),), 0, priority) for name, priority in (("p1", 1), ("p2", 2))]
+    limiter.register(claims)
+    owners = [object(), object()]
+    order = []
+
+    async def go() -> None:
+        for _ in range(9):
+            for owner, claim in zip(owners, claims, strict=True):
+                limiter.wait(owner, claim, lambda: None)
+            (chosen,) = [claim for claim in claims if limiter.can_run(claim)]
+            assert limiter.acquire(chosen)
+            order.append(chosen.label)
+            limiter.release(chosen)
+            await asyncio.sleep(0)  # the wake-ups run: the waiters are gone until they wait again
+
+    asyncio.run(go())
+    assert order == ["p1", "p1", "p2"] * 3
+
+
 def test_a_batcher_blocked_by_resources_forms_a_full_batch() -> None:
     log: list[tuple[str, int]] = []
     limiter = RateLimiter()

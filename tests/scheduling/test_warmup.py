@@ -16,6 +16,7 @@ from nereid.backends.base import BackendRequest, BackendResult
 from nereid.errors import InvalidArgument
 from nereid.scheduling.instances import InstancePool
 from nereid.scheduling.warmup import warm_up, warmup_samples
+from nereid.statistics import ModelStatistics
 
 
 def _config(text: str, max_batch_size: int = 8) -> mc.ModelConfig:
@@ -114,12 +115,17 @@ def test_every_instance_runs_each_sample_count_times_as_one_batch(tmp_path: Path
     config = _config(SAMPLES)
     instances = [RecordingInstance(), RecordingInstance()]
     pool = InstancePool("m", instances)
+    statistics = ModelStatistics()
     try:
-        warm_up(pool, warmup_samples(config, tmp_path), config)
+        warm_up(pool, warmup_samples(config, tmp_path), config, statistics)
     finally:
         pool.stop(lambda: None)
     assert [i.executions for i in instances] == [[2, 2, 2, 1]] * 2
     assert pool.outstanding(0) == pool.outstanding(1) == 0
+    # counted as Triton 2.51 counts warmup: every request and execution, by batch size
+    assert (statistics.execution_count, statistics.inference_count, statistics.success.count) == (8, 14, 14)
+    assert statistics.queue.count == statistics.compute_infer.count == 14
+    assert statistics.batch_executions() == {1: 2, 2: 6}
 
 
 def test_a_failing_sample_fails_with_tritons_text_and_stops_warmup(tmp_path: Path) -> None:

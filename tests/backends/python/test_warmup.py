@@ -1,4 +1,5 @@
-"""Warmup of Python models in real worker processes: before READY, in no statistic, failures fail the load."""
+"""Warmup of Python models in real worker processes: before READY, counted in the statistics as Triton
+counts it, failures fail the load."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ def _model(repository: Path, name: str, code: str, extra: str = "") -> None:
     (repository / name / "1" / "model.py").write_text(textwrap.dedent(code))
 
 
-def test_warmup_runs_before_ready_counts_nowhere_and_failures_fail_the_load(tmp_path: Path) -> None:
+def test_warmup_runs_before_ready_counts_as_in_triton_and_failures_fail_the_load(tmp_path: Path) -> None:
     _model(tmp_path, "counting", COUNTING, "dynamic_batching { }")
     _model(tmp_path, "failing", FAILING)
     _model(tmp_path, "decoupled", DECOUPLED, "model_transaction_policy { decoupled: true }")
@@ -94,7 +95,12 @@ def test_warmup_runs_before_ready_counts_nowhere_and_failures_fail_the_load(tmp_
         outputs = infer(manager, "counting", {"INPUT0": np.zeros((1, 1), np.float32)})
         assert outputs["COUNT"].tolist() == [[3]]
         stats = manager.get("counting").statistics.to_json("counting", "1")
-        assert stats["inference_count"] == 1 and stats["execution_count"] == 1
+        # Triton 2.51 counts warmup: two executions of two requests each, then the request
+        assert stats["inference_count"] == 5 and stats["execution_count"] == 3
+        assert [(b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]] == [
+            (1, 1),
+            (2, 2),
+        ]
         # The decoupled model's responses were read to their end, twice, each a batch of two.
         assert (tmp_path / "decoupled" / "executions").read_text().split() == ["2", "2"]
     finally:
