@@ -52,13 +52,13 @@ class TraceGroup:
             trace_id = next(self._ids)
         return RequestTrace(self, trace_id, 0 if parent is None else parent.id)
 
-    def record(self, trace_id: int, record: bytes) -> None:
+    def record(self, trace_id: int, *records: bytes) -> None:
         with self._lock:
-            records = self._records.get(trace_id)
-            if records is None:
-                self._records[trace_id] = [record]
+            kept = self._records.get(trace_id)
+            if kept is None:
+                self._records[trace_id] = list(records)
             else:
-                records.append(record)
+                kept.extend(records)
 
     def closed(self) -> None:
         with self._lock:
@@ -72,7 +72,7 @@ class TraceGroup:
 class RequestTrace:
     """The trace of one request through one model (Triton's TRITONSERVER_InferenceTrace)."""
 
-    __slots__ = ("group", "id", "parent_id", "_timestamps", "_tensors", "__weakref__")
+    __slots__ = ("group", "id", "parent_id", "_timestamps", "_tensors", "_pending", "__weakref__")
 
     def __init__(self, group: TraceGroup, trace_id: int, parent_id: int) -> None:
         self.group = group
@@ -80,6 +80,9 @@ class RequestTrace:
         self.parent_id = parent_id
         self._timestamps = bool(group.level & LEVEL_TIMESTAMPS)
         self._tensors = bool(group.level & LEVEL_TENSORS)
+        # Records in the order taken, written out at close: a timestamp costs an append on the request
+        # path, and the group's lock is taken once per trace (None once closed).
+        self._pending: list[bytes | tuple[str, int]] | None = []
 
     def child(self) -> RequestTrace:
         """The trace of a request this one spawned (an ensemble step, a BLS call); its creator closes it."""
@@ -87,7 +90,22 @@ class RequestTrace:
 
     def close(self) -> None:
         """The request is answered: once every trace of the group is closed, the group is written."""
+        pending, self._pending = self._pending, None
+        if pending:
+            self.group.record(self.id, *(self._format(entry) for entry in pending))
         self.group.closed()
+
+    def _format(self, entry: bytes | tuple[str, int]) -> bytes:
+        if isinstance(entry, bytes):
+            return entry
+        return b'{"id":%d,"timestamps":[{"name":"%s","ns":%d}]}' % (self.id, entry[0].encode(), entry[1])
+
+    def _keep(self, entry: bytes | tuple[str, int]) -> None:
+        pending = self._pending
+        if pending is not None:
+            pending.append(entry)
+        else:  # taken after close (a caller's late stamp): straight to the group
+            self.group.record(self.id, self._format(entry))
 
     def context(self) -> str | None:
         """What model code may propagate (`InferenceTrace.get_context()`): nothing in Triton mode."""
@@ -96,9 +114,7 @@ class RequestTrace:
     # timestamps
     def timestamp(self, name: str, ns: int) -> None:
         if self._timestamps:
-            self.group.record(
-                self.id, b'{"id":%d,"timestamps":[{"name":"%s","ns":%d}]}' % (self.id, name.encode(), ns)
-            )
+            self._keep((name, ns))
 
     def now(self, name: str) -> None:
         self.timestamp(name, time.perf_counter_ns())
@@ -112,7 +128,7 @@ class RequestTrace:
             fields["request_id"] = request_id
         if self.parent_id:
             fields["parent_id"] = self.parent_id
-        self.group.record(self.id, orjson.dumps(fields))
+        self._keep(orjson.dumps(fields))
         self.timestamp("REQUEST_START", ns)
 
     def queue_start(self, ns: int, inputs: Iterable[InferTensor]) -> None:
@@ -146,7 +162,7 @@ class RequestTrace:
                 "dtype": datatype,
             },
         }
-        self.group.record(self.id, orjson.dumps(record))
+        self._keep(orjson.dumps(record))
 
 
 def tensor_text(datatype: str, data: np.ndarray) -> str:
