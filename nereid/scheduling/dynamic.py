@@ -148,6 +148,7 @@ class DynamicBatcher:
         self._dispatched = 0
         self._released = 0  # batches whose results went out, under preserve_ordering
         self._finished_early: dict[int, _Batch] = {}
+        self._deciding_soon = False  # a decision is due at the end of this turn of the event loop
 
     # the Scheduler protocol
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
@@ -179,7 +180,7 @@ class DynamicBatcher:
         self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
         if pending.deadline is not None:  # so that it is rejected on time even while no instance is free
             self._arm(pending.deadline)
-        self._schedule()
+        self._decide_soon()
         try:
             return await entry.future
         except asyncio.CancelledError:
@@ -232,6 +233,21 @@ class DynamicBatcher:
             self._remove(chosen)
             self._dispatch(instance, chosen)
 
+    def _decide_soon(self) -> None:
+        """Decide once the event loop has run the callbacks of this turn and read the sockets that are
+        ready, not now: requests that have already arrived (read in this turn, or waiting in a socket's
+        buffer while an instance finished) join the same batch, with one decision, one dispatch and one
+        hand-off to the instance for all of them. The loop does not wait while a callback is ready, so this
+        adds no delay of its own, and none to max_queue_delay."""
+        if not self._deciding_soon:
+            self._deciding_soon = True
+            assert self._loop is not None
+            self._loop.call_soon(self._decided_soon)
+
+    def _decided_soon(self) -> None:
+        self._deciding_soon = False
+        self._schedule()
+
     def _arm(self, wake_at: float | None) -> None:
         if wake_at is None or (
             self._timer is not None and self._timer_at is not None and self._timer_at <= wake_at
@@ -271,7 +287,7 @@ class DynamicBatcher:
                 self._released += 1
         else:
             self._answer(batch)
-        self._schedule()
+        self._decide_soon()
 
     def _answer(self, batch: _Batch) -> None:
         answering = time.perf_counter_ns()
