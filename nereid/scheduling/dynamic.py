@@ -206,7 +206,9 @@ class DynamicBatcher:
     # deciding
     def _shape_key(self, request: BackendRequest) -> tuple:
         ragged = self._config.ragged_inputs
-        return tuple((name, array.shape[1:]) for name, array in request.inputs.items() if name not in ragged)
+        if not ragged:
+            return tuple([(name, array.shape[1:]) for name, array in request.inputs.items()])
+        return tuple([(name, array.shape[1:]) for name, array in request.inputs.items() if name not in ragged])
 
     def _schedule(self, woken: bool = False) -> None:
         """Dispatch every batch the policy allows now; arm the timer for the next time it may change.
