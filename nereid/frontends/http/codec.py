@@ -130,13 +130,16 @@ def _take_controls(request: InferRequest) -> None:
     request.timeout_us = timeout if isinstance(timeout, int) else 0
 
 
-def _parameters(value: Any, where: str) -> dict[str, Any]:
+def _parameters(value: Any, kind: str, name: str | None = None) -> dict[str, Any]:
+    """A 'parameters' object, checked; `kind` and `name` say whose it is (in an error only)."""
     if value is None:
         return {}
-    if not isinstance(value, dict):
+    if type(value) is not dict:  # what orjson parses an object into
+        where = kind if name is None else f"{kind} '{name}'"
         raise InvalidArgument(f"failed to get {where} params: 'parameters' must be a JSON object")
-    for key, item in value.items():
-        if item is None or isinstance(item, (list, dict)):
+    for item in value.values():
+        if item is None or type(item) is list or type(item) is dict:
+            key = next(k for k, v in value.items() if v is item)
             raise InvalidArgument(
                 f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
             )
@@ -180,7 +183,7 @@ def _decode_input(
     shape = tuple(dims)
     count = _element_count(shape, name)
     raw_parameters = raw.get("parameters")
-    parameters = {} if raw_parameters is None else _parameters(raw_parameters, f"input '{name}'")
+    parameters = {} if raw_parameters is None else _parameters(raw_parameters, "input", name)
     if datatype not in WIRE_DATATYPES:
         raise InvalidArgument(f"invalid datatype for input {name}")
     size = parameters.get("binary_data_size")
@@ -379,7 +382,7 @@ def _decode_outputs(raw: Any) -> list[RequestedOutput] | None:
         if not isinstance(item, dict):
             raise InvalidArgument("Unable to parse 'outputs': each requested output must be a JSON object")
         name = _member(item, "name", str, "string")
-        parameters = _parameters(item.get("parameters"), f"output '{name}'")
+        parameters = _parameters(item.get("parameters"), "output", name)
         shared_memory = None
         if "shared_memory_region" in parameters:
             if parameters.get("binary_data") is True:
