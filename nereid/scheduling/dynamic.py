@@ -208,7 +208,9 @@ class DynamicBatcher:
         ragged = self._config.ragged_inputs
         if not ragged:
             return tuple([(name, array.shape[1:]) for name, array in request.inputs.items()])
-        return tuple([(name, array.shape[1:]) for name, array in request.inputs.items() if name not in ragged])
+        return tuple(
+            [(name, array.shape[1:]) for name, array in request.inputs.items() if name not in ragged]
+        )
 
     def _schedule(self, woken: bool = False) -> None:
         """Dispatch every batch the policy allows now; arm the timer for the next time it may change.

@@ -223,7 +223,12 @@ def _decode_input(
         # frombuffer on a slice, then reshape)
         return InferTensor(name, datatype, shape, np.ndarray(shape, dtype, body, offset), parameters), size
     data = tensor_from_bytes(
-        memoryview(body)[offset : offset + size], datatype, shape, name, model_name, request_prefix(request_id)
+        memoryview(body)[offset : offset + size],
+        datatype,
+        shape,
+        name,
+        model_name,
+        request_prefix(request_id),
     )
     return InferTensor(name, datatype, shape, data, parameters), size
 
