@@ -3,10 +3,17 @@ that answers KServe v2 binary infer requests for one model (`add_sub` of the Pyt
 `simple`) with a fixed binary response, no model and no checks beyond parsing the JSON header. It
 answers the model's metadata and config too, which perf_analyzer reads before it starts.
 
-    python bench/http_infer_echo_app.py PORT [add_sub|simple] [PROCESSES]
+    python bench/http_infer_echo_app.py PORT [add_sub|simple] [PROCESSES] [uvicorn|nereid|granian]
 
 PROCESSES (default 1) runs that many uvicorn worker processes sharing the port: what a Python server
 gains from more than one process on the machine at hand.
+
+The last argument picks the HTTP layer under the same answers (one process): `uvicorn` (the default,
+ASGI), `nereid` (Nereid's own HTTP/1.1 protocol, nereid.frontends.http.protocol, with a handler that
+answers at once: the floor under Nereid's HTTP frontend) or `granian` (the Rust HTTP server, RSGI,
+embedded in this process's uvloop loop; `pip install granian`). These two also answer
+/v2/models/MODEL/stats with the count of infer requests answered, so that their CPU per request can be
+measured as a server's (bench/cpu.py).
 """
 
 from __future__ import annotations
@@ -89,7 +96,77 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+_answered = 0  # infer requests, for the stats answer of the nereid and granian cores
+
+
+def _answer(path: str, header_length: str | None, body: bytes) -> tuple[int, bytes]:
+    """Which answer a path gets (0 JSON, 1 binary infer response), and its body."""
+    global _answered
+    if path.endswith("/infer"):
+        _answered += 1
+        orjson.loads(body[: int(header_length)] if header_length is not None else body)
+        return 1, RESPONSE
+    if path.endswith("/stats"):
+        stats = {"inference_stats": {"success": {"count": _answered}}}
+        return 0, orjson.dumps(
+            {"model_stats": [{**stats, "inference_count": _answered, "execution_count": _answered}]}
+        )
+    return 0, CONFIG if path.endswith("/config") else METADATA
+
+
+def serve_nereid(port: int) -> None:
+    import asyncio
+
+    import uvloop
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from nereid.frontends.http import error_response
+    from nereid.frontends.http.protocol import HttpRequest, HttpResponse, HttpServer
+
+    async def handler(request: HttpRequest) -> HttpResponse:
+        binary, body = _answer(
+            request.path, request.headers.get("inference-header-content-length"), request.body
+        )
+        return HttpResponse(200, body, BINARY if binary else JSON)
+
+    async def main() -> None:
+        await HttpServer(handler, error_response, 1 << 26).start("127.0.0.1", port)
+        await asyncio.Event().wait()
+
+    uvloop.run(main())
+
+
+def serve_granian(port: int) -> None:
+    import uvloop
+    from granian.constants import HTTPModes, Interfaces
+    from granian.server.embed import Server
+
+    headers = {id(h): [(k.decode(), v.decode()) for k, v in h] for h in (JSON, BINARY)}
+
+    async def rsgi(scope: Any, protocol: Any) -> None:
+        body = await protocol()
+        binary, answer = _answer(scope.path, scope.headers.get("inference-header-content-length"), body)
+        protocol.response_bytes(200, headers[id(BINARY if binary else JSON)], answer)
+
+    server = Server(
+        rsgi,
+        address="127.0.0.1",
+        port=port,
+        interface=Interfaces.RSGI,
+        http=HTTPModes.http1,
+        log_enabled=False,
+    )
+    uvloop.run(server.serve())
+
+
 if __name__ == "__main__":
+    core = sys.argv[4] if len(sys.argv) > 4 else "uvicorn"
+    if core == "nereid":
+        serve_nereid(int(sys.argv[1]))
+        sys.exit(0)
+    if core == "granian":
+        serve_granian(int(sys.argv[1]))
+        sys.exit(0)
     processes = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # for the workers, which import this module
     uvicorn.run(

@@ -127,22 +127,11 @@ class ModelStatistics:
         self, batch_size: int, request_ns: int, timing: RequestTiming, input_ns: int, output_ns: int
     ) -> None:
         """A request that ran as an execution of its own (no batching with other requests)."""
-        infer_ns, queue_ns = timing.infer_ns, timing.queue_ns
-        # Written out rather than looped or through Duration.add: this runs on every request.
+        infer_ns = timing.infer_ns
         with self._lock:
-            self.last_inference_ms = time.time_ns() // 1_000_000
+            self._success(request_ns, timing.queue_ns, input_ns, infer_ns, output_ns)
             self.execution_count += 1
             self.inference_count += batch_size
-            self.success.count += 1
-            self.success.ns += request_ns
-            self.queue.count += 1
-            self.queue.ns += queue_ns
-            self.compute_input.count += 1
-            self.compute_input.ns += input_ns
-            self.compute_infer.count += 1
-            self.compute_infer.ns += infer_ns
-            self.compute_output.count += 1
-            self.compute_output.ns += output_ns
             batch = self._batches.get(batch_size)
             if batch is None:
                 batch = self._batches[batch_size] = _BatchStats()
@@ -152,26 +141,32 @@ class ModelStatistics:
             batch.compute_infer.ns += infer_ns
             batch.compute_output.count += 1
             batch.compute_output.ns += output_ns
-            self.queue_delays[bisect.bisect_left(QUEUE_DELAY_BUCKETS_US, queue_ns / 1000)] += 1
-            self.request_durations[bisect.bisect_left(REQUEST_DURATION_BUCKETS_US, request_ns / 1000)] += 1
-            if self.summaries is not None:
-                self.summaries.observe(request_ns, queue_ns, input_ns, infer_ns, output_ns)
 
     def record_batched_request(
         self, request_ns: int, timing: RequestTiming, input_ns: int, output_ns: int
     ) -> None:
         """A request that ran in an execution the scheduler records with `record_execution`."""
         with self._lock:
-            self.last_inference_ms = time.time_ns() // 1_000_000
-            self.success.add(request_ns)
-            self.queue.add(timing.queue_ns)
-            self.compute_input.add(input_ns)
-            self.compute_infer.add(timing.infer_ns)
-            self.compute_output.add(output_ns)
-            self._count_queue_delay(timing.queue_ns)
-            self.request_durations[bisect.bisect_left(REQUEST_DURATION_BUCKETS_US, request_ns / 1000)] += 1
-            if self.summaries is not None:
-                self.summaries.observe(request_ns, timing.queue_ns, input_ns, timing.infer_ns, output_ns)
+            self._success(request_ns, timing.queue_ns, input_ns, timing.infer_ns, output_ns)
+
+    def _success(self, request_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """One successful request's times (under the lock). Written out rather than looped or through
+        Duration.add: this runs on every request."""
+        self.last_inference_ms = time.time_ns() // 1_000_000
+        self.success.count += 1
+        self.success.ns += request_ns
+        self.queue.count += 1
+        self.queue.ns += queue_ns
+        self.compute_input.count += 1
+        self.compute_input.ns += input_ns
+        self.compute_infer.count += 1
+        self.compute_infer.ns += infer_ns
+        self.compute_output.count += 1
+        self.compute_output.ns += output_ns
+        self.queue_delays[bisect.bisect_left(QUEUE_DELAY_BUCKETS_US, queue_ns / 1000)] += 1
+        self.request_durations[bisect.bisect_left(REQUEST_DURATION_BUCKETS_US, request_ns / 1000)] += 1
+        if self.summaries is not None:
+            self.summaries.observe(request_ns, queue_ns, input_ns, infer_ns, output_ns)
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One execution of a batch of `batch_size` elements, however many requests it held."""
@@ -184,9 +179,6 @@ class ModelStatistics:
             batch.compute_input.add(input_ns)
             batch.compute_infer.add(infer_ns)
             batch.compute_output.add(output_ns)
-
-    def _count_queue_delay(self, queue_ns: int) -> None:
-        self.queue_delays[bisect.bisect_left(QUEUE_DELAY_BUCKETS_US, queue_ns / 1000)] += 1
 
     def batch_executions(self) -> dict[int, int]:
         """Executions per batch size."""

@@ -14,9 +14,10 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Pending:
-    """What the policy needs to know of a queued request."""
+    """What the policy needs to know of a queued request. Not frozen, though nothing changes it: one is
+    made per request, and a frozen dataclass takes about four times as long to make."""
 
     batch_size: int  # elements along the batch dimension
     shape: Hashable  # shapes of its inputs without the batch dimension; requests batch only with equals

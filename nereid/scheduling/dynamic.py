@@ -167,6 +167,7 @@ class DynamicBatcher:
             log.info(
                 "Delaying batcher thread for %s until %d queued requests...", model_label, self._held_until
             )
+        self._deciding_soon = False  # a decision is due at the end of this turn of the event loop
 
     # the Scheduler protocol
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
@@ -198,7 +199,7 @@ class DynamicBatcher:
         self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
         if pending.deadline is not None:  # so that it is rejected on time even while no instance is free
             self._arm(pending.deadline)
-        self._schedule()
+        self._decide_soon()
         try:
             return await entry.future
         except asyncio.CancelledError:
@@ -224,7 +225,11 @@ class DynamicBatcher:
     # deciding
     def _shape_key(self, request: BackendRequest) -> tuple:
         ragged = self._config.ragged_inputs
-        return tuple((name, array.shape[1:]) for name, array in request.inputs.items() if name not in ragged)
+        if not ragged:
+            return tuple([(name, array.shape[1:]) for name, array in request.inputs.items()])
+        return tuple(
+            [(name, array.shape[1:]) for name, array in request.inputs.items() if name not in ragged]
+        )
 
     def _schedule(self, woken: bool = False) -> None:
         """Dispatch every batch the policy allows now; arm the timer for the next time it may change.
@@ -262,6 +267,21 @@ class DynamicBatcher:
                     decision.reason,
                 )
             self._dispatch(instance, chosen)
+
+    def _decide_soon(self) -> None:
+        """Decide once the event loop has run the callbacks of this turn and read the sockets that are
+        ready, not now: requests that have already arrived (read in this turn, or waiting in a socket's
+        buffer while an instance finished) join the same batch, with one decision, one dispatch and one
+        hand-off to the instance for all of them. The loop does not wait while a callback is ready, so this
+        adds no delay of its own, and none to max_queue_delay."""
+        if not self._deciding_soon:
+            self._deciding_soon = True
+            assert self._loop is not None
+            self._loop.call_soon(self._decided_soon)
+
+    def _decided_soon(self) -> None:
+        self._deciding_soon = False
+        self._schedule()
 
     def _arm(self, wake_at: float | None) -> None:
         if wake_at is None or (
@@ -302,7 +322,7 @@ class DynamicBatcher:
                 self._released += 1
         else:
             self._answer(batch)
-        self._schedule()
+        self._decide_soon()
 
     def _answer(self, batch: _Batch) -> None:
         answering = time.perf_counter_ns()

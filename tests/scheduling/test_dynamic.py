@@ -106,6 +106,38 @@ async def _settle() -> None:
 
 
 @_sync
+async def test_requests_that_arrive_in_one_turn_of_the_loop_run_as_one_batch() -> None:
+    # With an idle instance and no queue delay, the requests started in the same turn of the event loop
+    # (as those read from several sockets in one poll) form one batch, not a batch of the first alone.
+    instance = GatedInstance()
+    batcher = _batcher(_config(), instance)
+    sent = [_send(batcher, _request(v)) for v in (1, 2, 3)]
+    await instance.wait_for(1)
+    await _settle()
+    assert len(instance.submissions) == 1
+    assert instance.batch(0) == [1, 2, 3]
+    instance.finish(0)
+    assert [float(r["Y"].flat[0]) for r in await asyncio.gather(*sent)] == [2, 4, 6]
+
+
+@_sync
+async def test_an_instance_that_frees_up_takes_the_requests_that_arrived_in_the_same_turn() -> None:
+    # The instance's result and a new request come in the same turn: the request waits for no later one.
+    instance = GatedInstance()
+    batcher = _batcher(_config(), instance)
+    first = _send(batcher, _request(1))
+    await instance.wait_for(1)
+    second = _send(batcher, _request(2))
+    await _settle()
+    asyncio.get_running_loop().call_soon(instance.finish, 0)  # the instance's result comes first
+    third = _send(batcher, _request(3))
+    await instance.wait_for(2)
+    assert instance.batch(1) == [2, 3]
+    instance.finish(1)
+    await asyncio.gather(first, second, third)
+
+
+@_sync
 async def test_requests_queued_while_the_instance_is_busy_run_as_one_batch() -> None:
     instance = GatedInstance()
     batcher = _batcher(_config(), instance)

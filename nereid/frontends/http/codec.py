@@ -34,20 +34,23 @@ _INT_BOUNDS = {
     for t in ("<i1", "<i2", "<i4", "<i8", "<u1", "<u2", "<u4", "<u8")
 }
 _FLOAT_KINDS = frozenset("iuf")
+# numpy dtypes of the datatypes whose elements have a fixed size (all but BYTES)
+_FIXED_SIZE = {name: numpy_dtype(name) for name in WIRE_DATATYPES if name != "BYTES"}
 
 
 def decode_infer_request(
     body: bytes, header_length: int | None, model_name: str, model_version: str
 ) -> InferRequest:
     """Parse an infer body. `header_length` is the Inference-Header-Content-Length value, if sent."""
+    # The binary tensors are read in place, as arrays over `body` from offset `start` on: no copy of them.
     if header_length is None:
-        header, binary = body, b""
+        header, start = body, len(body)
     else:
         if header_length < 0 or header_length > len(body):
             raise InvalidArgument(
                 f"inference header size should be in range (0, {len(body)}), got: {header_length}"
             )
-        header, binary = body[:header_length], body[header_length:]
+        header, start = body[:header_length], header_length
     try:
         document = orjson.loads(header)
     except orjson.JSONDecodeError as exc:
@@ -77,13 +80,13 @@ def decode_infer_request(
     raw_inputs = document["inputs"]
     if not isinstance(raw_inputs, list):
         raise InvalidArgument("Unable to parse 'inputs': attempt to access JSON non-array as array")
-    view = memoryview(binary)
-    offset = 0
+    end = len(body)
+    offset = start
     for raw in raw_inputs:
-        tensor, used = _decode_input(raw, view, offset, model_name, request_id)
+        tensor, used = _decode_input(raw, body, offset, end, model_name, request_id)
         offset += used
         inputs.append(tensor)
-    if offset != len(binary):
+    if offset != end:
         raise InvalidArgument(f"unexpected additional input data for model '{model_name}'")
     raw_outputs = document.get("outputs")
     if raw_outputs is not None:
@@ -127,13 +130,16 @@ def _take_controls(request: InferRequest) -> None:
     request.timeout_us = timeout if isinstance(timeout, int) else 0
 
 
-def _parameters(value: Any, where: str) -> dict[str, Any]:
+def _parameters(value: Any, kind: str, name: str | None = None) -> dict[str, Any]:
+    """A 'parameters' object, checked; `kind` and `name` say whose it is (in an error only)."""
     if value is None:
         return {}
-    if not isinstance(value, dict):
+    if type(value) is not dict:  # what orjson parses an object into
+        where = kind if name is None else f"{kind} '{name}'"
         raise InvalidArgument(f"failed to get {where} params: 'parameters' must be a JSON object")
-    for key, item in value.items():
-        if item is None or isinstance(item, (list, dict)):
+    for item in value.values():
+        if item is None or type(item) is list or type(item) is dict:
+            key = next(k for k, v in value.items() if v is item)
             raise InvalidArgument(
                 f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
             )
@@ -160,8 +166,10 @@ def _member(raw: dict[str, Any], key: str, kind: type, kind_text: str) -> Any:
 
 
 def _decode_input(
-    raw: Any, binary: memoryview, offset: int, model_name: str, request_id: str
+    raw: Any, body: bytes, offset: int, end: int, model_name: str, request_id: str
 ) -> tuple[InferTensor, int]:
+    """One element of 'inputs', and how many bytes of binary data it takes from `body` at `offset`
+    (binary data ends at `end`)."""
     if type(raw) is not dict:
         raise InvalidArgument(f"{_ONE_SOURCE}no field is set (each element of 'inputs' must be an object)")
     name = raw.get("name")
@@ -175,7 +183,7 @@ def _decode_input(
     shape = tuple(dims)
     count = _element_count(shape, name)
     raw_parameters = raw.get("parameters")
-    parameters = {} if raw_parameters is None else _parameters(raw_parameters, f"input '{name}'")
+    parameters = {} if raw_parameters is None else _parameters(raw_parameters, "input", name)
     if datatype not in WIRE_DATATYPES:
         raise InvalidArgument(f"invalid datatype for input {name}")
     size = parameters.get("binary_data_size")
@@ -204,13 +212,23 @@ def _decode_input(
         raise InvalidArgument(
             "Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as unsigned-integer"
         )
-    if offset + size > len(binary):
+    if offset + size > end:
         raise InvalidArgument(
-            f"unexpected size for input '{name}', expecting {offset + size - len(binary)} additional bytes "
+            f"unexpected size for input '{name}', expecting {offset + size - end} additional bytes "
             f"for model '{model_name}'"
         )
+    dtype = _FIXED_SIZE.get(datatype)
+    if dtype is not None and size and size == count * dtype.itemsize and type(body) is bytes:
+        # the common case in one step: an array over the body itself, shaped (half the cost of
+        # frombuffer on a slice, then reshape)
+        return InferTensor(name, datatype, shape, np.ndarray(shape, dtype, body, offset), parameters), size
     data = tensor_from_bytes(
-        binary[offset : offset + size], datatype, shape, name, model_name, request_prefix(request_id)
+        memoryview(body)[offset : offset + size],
+        datatype,
+        shape,
+        name,
+        model_name,
+        request_prefix(request_id),
     )
     return InferTensor(name, datatype, shape, data, parameters), size
 
@@ -369,7 +387,7 @@ def _decode_outputs(raw: Any) -> list[RequestedOutput] | None:
         if not isinstance(item, dict):
             raise InvalidArgument("Unable to parse 'outputs': each requested output must be a JSON object")
         name = _member(item, "name", str, "string")
-        parameters = _parameters(item.get("parameters"), f"output '{name}'")
+        parameters = _parameters(item.get("parameters"), "output", name)
         shared_memory = None
         if "shared_memory_region" in parameters:
             if parameters.get("binary_data") is True:
