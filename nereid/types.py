@@ -57,6 +57,13 @@ class InferRequest:
     priority: int = 0  # 0: the model's default priority level
     timeout_us: int = 0  # 0: none
 
+    def shared_memory_regions(self) -> list[str]:
+        """The registered regions this request reads inputs from or writes outputs into."""
+        names = [t.shared_memory.region for t in self.inputs if t.shared_memory is not None]
+        if self.outputs:
+            names.extend(o.shared_memory.region for o in self.outputs if o.shared_memory is not None)
+        return names
+
     def sequence_parameters(self) -> Parameters:
         """The sequence controls as Triton echoes them in an ensemble's response, defaults filled in."""
         return {
