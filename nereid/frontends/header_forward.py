@@ -53,10 +53,7 @@ class HeaderForwarding:
                 continue
             key = name.lower()
             if key in RESERVED_KEYS or key.startswith("triton_"):
-                raise InvalidArgument(
-                    f"header '{name}' cannot be forwarded as a request parameter: the key is reserved for "
-                    "Triton usage"
-                )
+                raise InvalidArgument(f"Header '{name}' is reserved for Triton usage and cannot be forwarded.")
             parameters.setdefault(key, value)
 
 

@@ -68,8 +68,15 @@ def decode_infer_request(
         )
     inputs: list[InferTensor] = []
     request = InferRequest(model_name, model_version, inputs, None, request_id, parameters)
-    if parameters and not _CONTROLS.isdisjoint(parameters):
-        _take_controls(request)
+    if parameters:
+        if not _CONTROLS.isdisjoint(parameters):
+            _take_controls(request)
+        if any(key.startswith("triton_") for key in parameters):
+            # the server's own keys (final-response flags...); a client setting them would steer it
+            raise InvalidArgument(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and should not be "
+                "specified."
+            )
     if "inputs" not in document:
         raise InvalidArgument(
             "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
