@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
 
+from nereid.backends.base import BackendRequest, Outputs
 from nereid.engine import Engine
 from nereid.errors import InvalidArgument
 from nereid.shared_memory import SharedMemoryRef
+from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor
 from tests.backends.serving import serving
 from tests.conftest import EXAMPLES
@@ -123,12 +125,12 @@ def test_unregistering_regions_in_use_waits_for_the_requests_using_them(
             gates = [asyncio.Event(), asyncio.Event()]
             calls = 0
 
-            async def held_execute(*args: object) -> object:
+            async def held_execute(request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
                 nonlocal calls
                 call, calls = calls, calls + 1
                 started[call].set()
                 await gates[call].wait()
-                return await run(*args)
+                return await run(request, timing)
 
             def listed() -> list[str]:
                 return [r.name for r in engine.system_shared_memory_status()]

@@ -53,7 +53,9 @@ class HeaderForwarding:
                 continue
             key = name.lower()
             if key in RESERVED_KEYS or key.startswith("triton_"):
-                raise InvalidArgument(f"Header '{name}' is reserved for Triton usage and cannot be forwarded.")
+                raise InvalidArgument(
+                    f"Header '{name}' is reserved for Triton usage and cannot be forwarded."
+                )
             parameters.setdefault(key, value)
 
 

@@ -48,6 +48,9 @@ def load_ensemble(
         validate_config(config, config_source, name)
         validate_ensemble_config(config)
         member_configs = check_members(config, members)
+        # Triton's rule: an ensemble with a decoupled step is decoupled (any number of responses)
+        if any(m.model_transaction_policy.decoupled for m in member_configs):
+            config.model_transaction_policy.decoupled = True
         labels = _labels(source, config, members)
     except NereidError as exc:
         result.failures[None] = exc.message
