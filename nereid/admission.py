@@ -91,7 +91,10 @@ class Admission:
     def failed(self, exc: BaseException) -> None:
         """The scheduler raised for a unary request: record why, and release it."""
         model = self.model
-        if not isinstance(exc, QueueFull):  # refused before it was queued: Triton counts it nowhere
+        if model.ensemble:  # Triton gives an ensemble's failures no finer reason
+            reason = "CANCELED" if isinstance(exc, asyncio.CancelledError) else "OTHER"
+            model.statistics.record_failure(time.perf_counter_ns() - self.start, reason)
+        elif not isinstance(exc, QueueFull):  # refused before it was queued: Triton counts it nowhere
             model.statistics.record_failure(time.perf_counter_ns() - self.start, _failure_reason(exc))
         model.request_done()
 

@@ -15,6 +15,7 @@ from nereid.repository.model import ModelVersion, model_metadata, read_labels, t
 from nereid.repository.scan import ModelSource, select_versions, version_folders
 from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep, ensemble_steps
 from nereid.settings import ServerSettings
+from nereid.statistics import ModelStatistics
 
 if TYPE_CHECKING:
     from nereid.repository.loader import LoadResult
@@ -71,6 +72,7 @@ def load_ensemble(
         if current is not None and current.config == config:
             result.versions[version] = current  # re-checked above against the members as they are now
             continue
+        statistics = ModelStatistics()
         result.versions[version] = ModelVersion(
             name=name,
             version=version,
@@ -79,7 +81,8 @@ def load_ensemble(
             metadata=model_metadata(config, [version]),
             inputs=tensor_specs(config.input),
             outputs=tensor_specs(config.output, labels),
-            scheduler=EnsembleScheduler(name, steps, members, config),
+            scheduler=EnsembleScheduler(name, steps, members, config, statistics),
+            statistics=statistics,
             output_names=_production_order(config, steps),
             required_inputs=tuple(i.name for i in config.input if not i.optional),
             ensemble=True,

@@ -29,9 +29,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 from nereid.backends.base import BackendRequest, Outputs
 from nereid.backends.responses import ResponseStream
 from nereid.datatypes import wire_datatype
-from nereid.errors import InternalError, NereidError, unexpected
+from nereid.errors import InternalError, NereidError, QueueFull, unexpected
 from nereid.scheduling.ensemble_shapes import reshape_for
-from nereid.statistics import RequestTiming
+from nereid.statistics import ModelStatistics, RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 if TYPE_CHECKING:
@@ -94,8 +94,10 @@ class EnsembleScheduler:
         steps: tuple[EnsembleStep, ...],
         members: EnsembleMembers,
         config: mc.ModelConfig | None = None,
+        statistics: ModelStatistics | None = None,
     ) -> None:
         self._name = name
+        self._statistics = statistics  # the ensemble's own
         self._steps = steps
         self._members = members
         self._batching = config is not None and config.max_batch_size > 0
@@ -240,13 +242,14 @@ class EnsembleScheduler:
         """Run a decoupled step; each of its responses continues the remaining steps as a new flow."""
         server = self._server()
         slot = self._slot(step)
+        started = time.perf_counter_ns()
         events = server.infer_stream(self._member_request(step, tensors, batches, request))
         try:
             async for event in events:
                 if flows.error is not None:
                     break  # the request failed elsewhere: no new flows
                 if event.error is not None:
-                    flows.fail(self._in_ensemble(event.error))
+                    flows.fail(self._step_failed(event.error, started))
                     break
                 if event.response is None:
                     continue  # the final flag alone
@@ -256,7 +259,7 @@ class EnsembleScheduler:
                     await slot.acquire()  # backpressure: the step's next response waits for room
                 flows.spawn(self._flow(child_tensors, child_batches, list(waiting), request, flows, slot))
         except NereidError as exc:
-            raise self._in_ensemble(exc) from None
+            raise self._step_failed(exc, started) from None
         finally:
             await events.aclose()
 
@@ -293,10 +296,11 @@ class EnsembleScheduler:
         request: BackendRequest,
     ) -> InferResponse:
         server = self._server()
+        started = time.perf_counter_ns()
         try:
             return await server.infer(self._member_request(step, tensors, batches, request))
         except NereidError as exc:
-            raise self._in_ensemble(exc) from None
+            raise self._step_failed(exc, started) from None
 
     def _server(self) -> ModelServices:
         server = self._members.server
@@ -304,8 +308,12 @@ class EnsembleScheduler:
             raise InternalError(f"ensemble '{self._name}' is not connected to an engine")
         return server
 
-    def _in_ensemble(self, exc: NereidError) -> NereidError:
-        """Triton's wording; the status stays the composing model's."""
+    def _step_failed(self, exc: NereidError, started_ns: int) -> NereidError:
+        """A composing request failed: as in Triton, it counts among the ensemble's failures too (reason
+        OTHER), besides the ensemble request it fails; a request its queue refused counts nowhere. The
+        error, in Triton's wording; its status stays the composing model's."""
+        if self._statistics is not None and not isinstance(exc, QueueFull):
+            self._statistics.record_failure(time.perf_counter_ns() - started_ns, "OTHER")
         return type(exc)(f"in ensemble '{self._name}', {exc.message}")
 
     @staticmethod
