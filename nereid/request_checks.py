@@ -36,14 +36,19 @@ def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
 
 
 def requested_outputs(model: ModelVersion, request: InferRequest) -> Sequence[RequestedOutput]:
-    """The outputs to compute: those asked for (checked, duplicates folded), or all of them."""
+    """The outputs to compute: those asked for (checked; one name twice is refused, as Triton does), or
+    all of them."""
     if not request.outputs:
         return model.all_outputs
     chosen: dict[str, RequestedOutput] = {}
     for output in request.outputs:
         if output.name not in model.outputs:
             raise InvalidArgument(f"unexpected inference output '{output.name}' for model '{model.name}'")
-        chosen.setdefault(output.name, output)
+        if output.name in chosen:
+            raise InvalidArgument(
+                f"{request_prefix(request.id)}output '{output.name}' already exists in request"
+            )
+        chosen[output.name] = output
     return tuple(chosen.values())
 
 

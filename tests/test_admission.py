@@ -18,7 +18,7 @@ from nereid.engine import Engine
 from nereid.errors import InvalidArgument
 from nereid.shared_memory import SharedMemoryRef
 from nereid.statistics import RequestTiming
-from nereid.types import InferRequest, InferTensor
+from nereid.types import InferRequest, InferTensor, RequestedOutput
 from tests.backends.serving import serving
 from tests.conftest import EXAMPLES
 
@@ -64,6 +64,14 @@ def test_unary_requests_are_recorded_once_and_released(engine: Engine) -> None:
     with pytest.raises(InvalidArgument, match="data-type is 'FP32'"):
         asyncio.run(engine.infer(_simple("FP32")))
     assert _counts(engine, "simple")[:3] == (0, successes + 1, failures)  # refused: counted nowhere
+
+
+def test_an_output_asked_for_twice_is_refused(engine: Engine) -> None:
+    request = _simple()
+    request.outputs = [RequestedOutput("OUTPUT0"), RequestedOutput("OUTPUT0")]
+    with pytest.raises(InvalidArgument, match="output 'OUTPUT0' already exists in request"):
+        asyncio.run(engine.infer(request))
+    assert engine.models.get("simple").inflight == 0
 
 
 def test_a_stream_read_to_its_end_is_one_success(engine: Engine) -> None:
