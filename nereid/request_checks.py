@@ -105,8 +105,13 @@ def _count_error(
     prefix: str, model: ModelVersion, given: list[str], required: Sequence[str]
 ) -> InvalidArgument:
     missing = [name for name in required if name not in given]
+    total = len(model.inputs)
+    # Triton names the range when some inputs are optional
+    expected = (
+        f"{total}" if len(required) == total else f"number of inputs between {len(required)} and {total}"
+    )
     return InvalidArgument(
-        f"{prefix}expected {len(model.inputs)} inputs but got {len(given)} inputs for model "
+        f"{prefix}expected {expected} inputs but got {len(given)} inputs for model "
         f"'{model.name}'. Got input(s) {_names(given)}, but missing required input(s) "
         f"{_names(missing)}. Please provide all required input(s)."
     )

@@ -478,7 +478,14 @@ def encode_infer_response(response: InferResponse, request: InferRequest) -> tup
 def _json_data(tensor: InferTensor) -> Any:
     flat = tensor.data.reshape(-1)
     if tensor.datatype == "BYTES":
-        return [_text(item) for item in flat]
+        try:
+            return [_text(item) for item in flat]
+        except UnicodeDecodeError:
+            # JSON strings are UTF-8: Triton refuses these too rather than alter them
+            raise InvalidArgument(
+                f"output '{tensor.name}' holds bytes that are not valid UTF-8, which JSON cannot carry: "
+                "request it as binary data"
+            ) from None
     if tensor.datatype in ("FP16", "BF16"):
         return flat.astype(np.float32)
     return np.ascontiguousarray(flat)
@@ -486,7 +493,7 @@ def _json_data(tensor: InferTensor) -> Any:
 
 def _text(item: Any) -> str:
     if isinstance(item, bytes):
-        return item.decode("utf-8", errors="replace")
+        return item.decode("utf-8")
     return str(item)
 
 
