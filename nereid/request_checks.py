@@ -107,11 +107,12 @@ def _count_error(
     missing = [name for name in required if name not in given]
     total = len(model.inputs)
     # Triton names the range when some inputs are optional
-    expected = (
-        f"{total}" if len(required) == total else f"number of inputs between {len(required)} and {total}"
-    )
+    if len(required) == total:
+        expected = f"{total} inputs"
+    else:
+        expected = f"number of inputs between {len(required)} and {total}"
     return InvalidArgument(
-        f"{prefix}expected {expected} inputs but got {len(given)} inputs for model "
+        f"{prefix}expected {expected} but got {len(given)} inputs for model "
         f"'{model.name}'. Got input(s) {_names(given)}, but missing required input(s) "
         f"{_names(missing)}. Please provide all required input(s)."
     )
