@@ -117,7 +117,10 @@ class Admission:
         """The scheduler raised for a unary request: record why, and release it."""
         model = self.model
         reason = "REJECTED"
-        if not isinstance(exc, QueueFull):  # refused before it was queued: Triton counts it nowhere
+        if model.ensemble:  # Triton gives an ensemble's failures no finer reason
+            reason = "CANCELED" if isinstance(exc, asyncio.CancelledError) else "OTHER"
+            model.statistics.record_failure(time.perf_counter_ns() - self.start, reason)
+        elif not isinstance(exc, QueueFull):  # refused before it was queued: Triton counts it nowhere
             reason = _failure_reason(exc)
             model.statistics.record_failure(time.perf_counter_ns() - self.start, reason)
         if self.trace is not None:

@@ -107,6 +107,18 @@ class Engine:
         model = self.models.get(request.model_name, request.model_version)
         if model.decoupled:
             raise DecoupledModel()
+        # As in Triton, the shared-memory regions a request names are held until it is answered: an
+        # unregister meanwhile only marks them, and they go once their last request is done.
+        regions = request.shared_memory_regions()
+        if not regions:
+            return await self._infer(model, request)
+        held = self.shared_memory.acquire(regions)
+        try:
+            return await self._infer(model, request)
+        finally:
+            self.shared_memory.release(held)
+
+    async def _infer(self, model: ModelVersion, request: InferRequest) -> InferResponse:
         admission = Admission(model, request, self.shared_memory)  # counted in flight, checked
         cache = self._cache if model.response_cache else None
         try:

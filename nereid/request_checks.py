@@ -36,14 +36,19 @@ def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
 
 
 def requested_outputs(model: ModelVersion, request: InferRequest) -> Sequence[RequestedOutput]:
-    """The outputs to compute: those asked for (checked, duplicates folded), or all of them."""
+    """The outputs to compute: those asked for (checked; one name twice is refused, as Triton does), or
+    all of them."""
     if not request.outputs:
         return model.all_outputs
     chosen: dict[str, RequestedOutput] = {}
     for output in request.outputs:
         if output.name not in model.outputs:
             raise InvalidArgument(f"unexpected inference output '{output.name}' for model '{model.name}'")
-        chosen.setdefault(output.name, output)
+        if output.name in chosen:
+            raise InvalidArgument(
+                f"{request_prefix(request.id)}output '{output.name}' already exists in request"
+            )
+        chosen[output.name] = output
     return tuple(chosen.values())
 
 
@@ -100,8 +105,14 @@ def _count_error(
     prefix: str, model: ModelVersion, given: list[str], required: Sequence[str]
 ) -> InvalidArgument:
     missing = [name for name in required if name not in given]
+    total = len(model.inputs)
+    # Triton names the range when some inputs are optional
+    if len(required) == total:
+        expected = f"{total} inputs"
+    else:
+        expected = f"number of inputs between {len(required)} and {total}"
     return InvalidArgument(
-        f"{prefix}expected {len(model.inputs)} inputs but got {len(given)} inputs for model "
+        f"{prefix}expected {expected} but got {len(given)} inputs for model "
         f"'{model.name}'. Got input(s) {_names(given)}, but missing required input(s) "
         f"{_names(missing)}. Please provide all required input(s)."
     )

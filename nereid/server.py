@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -165,9 +166,7 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
                 await http.start(settings.http_address, settings.http_port, settings.reuse_http_port)
             except OSError as exc:  # the address is taken or cannot be bound
                 http = None
-                raise Unavailable(
-                    f"cannot serve HTTP on {settings.http_address}:{settings.http_port}: {exc}"
-                ) from None
+                raise _cannot_serve("HTTP", settings.http_address, settings.http_port, exc) from None
             log.info("Started HTTPService at %s:%d", settings.http_address, http.port)
         if settings.allow_metrics:
             exporter = MetricsExporter(
@@ -178,9 +177,7 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
                 await metrics.start(settings.metrics_address, settings.metrics_port)
             except OSError as exc:
                 metrics = None
-                raise Unavailable(
-                    f"cannot serve metrics on {settings.metrics_address}:{settings.metrics_port}: {exc}"
-                ) from None
+                raise _cannot_serve("Metrics", settings.metrics_address, settings.metrics_port, exc) from None
             sampler = asyncio.create_task(exporter.sample_forever(settings.metrics_interval_ms / 1000))
             log.info("Started Metrics Service at %s:%d", settings.metrics_address, metrics.port)
     except NereidError as exc:
@@ -212,3 +209,12 @@ async def _stop(
         *([grpc_server.stop(grace)] if grpc_server is not None else []),
         *([metrics.stop(min(grace, 1.0))] if metrics is not None else []),
     )
+
+
+def _cannot_serve(service: str, address: str, port: int, exc: OSError) -> Unavailable:
+    """Triton's words for a port in use, which tools look for in its log; the reason otherwise."""
+    if exc.errno == errno.EADDRINUSE:
+        return Unavailable(
+            f"failed to start {service} service: Unavailable - Socket '{address}:{port}' already in use"
+        )
+    return Unavailable(f"failed to start {service} service: cannot serve on {address}:{port}: {exc}")

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from nereid.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable, Unsupported
+from nereid.errors import AlreadyExists, InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
 
 _SHM_ROOT = "/dev/shm"
 _SIZE_LIMIT = 2**64  # offsets and sizes are 64-bit unsigned in Triton
@@ -81,10 +81,8 @@ class SharedMemoryRegistry:
             try:
                 # O_NOFOLLOW: a link planted in /dev/shm cannot point the server at another file.
                 fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-            except OSError as exc:
-                raise InvalidArgument(
-                    f"Unable to open shared memory region: '{key}': {exc.strerror}"
-                ) from None
+            except OSError as exc:  # INTERNAL, as Triton answers a failed shm_open
+                raise InternalError(f"Unable to open shared memory region: '{key}': {exc.strerror}") from None
             try:
                 size = os.fstat(fd).st_size
                 if offset + byte_size > size or byte_size == 0:

@@ -61,6 +61,13 @@ class InferRequest:
     timeout_us: int = 0  # 0: none
     trace: RequestTrace | None = None  # the request is traced (sampled by its frontend, or a traced child)
 
+    def shared_memory_regions(self) -> list[str]:
+        """The registered regions this request reads inputs from or writes outputs into."""
+        names = [t.shared_memory.region for t in self.inputs if t.shared_memory is not None]
+        if self.outputs:
+            names.extend(o.shared_memory.region for o in self.outputs if o.shared_memory is not None)
+        return names
+
     def sequence_parameters(self) -> Parameters:
         """The sequence controls as Triton echoes them in an ensemble's response, defaults filled in."""
         return {

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.utils.shared_memory as shm
 
+from nereid.backends.base import BackendRequest, Outputs
 from nereid.engine import Engine
 from nereid.errors import InvalidArgument
 from nereid.shared_memory import SharedMemoryRef
-from nereid.types import InferRequest, InferTensor
+from nereid.statistics import RequestTiming
+from nereid.types import InferRequest, InferTensor, RequestedOutput
 from tests.backends.serving import serving
 from tests.conftest import EXAMPLES
 
@@ -26,7 +30,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     root = tmp_path_factory.mktemp("admission")
     shutil.copytree(EXAMPLES / "simple", root / "simple")
     shutil.copytree(PIPELINES / "repeat", root / "repeat")
-    with serving(root, backend_config={"python": {"stub-timeout-seconds": "5"}}) as engine:
+    with serving(
+        root, backend_config={"python": {"stub-timeout-seconds": "5"}}, allow_client_shm=True
+    ) as engine:
         yield engine
 
 
@@ -58,6 +64,14 @@ def test_unary_requests_are_recorded_once_and_released(engine: Engine) -> None:
     with pytest.raises(InvalidArgument, match="data-type is 'FP32'"):
         asyncio.run(engine.infer(_simple("FP32")))
     assert _counts(engine, "simple")[:3] == (0, successes + 1, failures)  # refused: counted nowhere
+
+
+def test_an_output_asked_for_twice_is_refused(engine: Engine) -> None:
+    request = _simple()
+    request.outputs = [RequestedOutput("OUTPUT0"), RequestedOutput("OUTPUT0")]
+    with pytest.raises(InvalidArgument, match="output 'OUTPUT0' already exists in request"):
+        asyncio.run(engine.infer(request))
+    assert engine.models.get("simple").inflight == 0
 
 
 def test_a_stream_read_to_its_end_is_one_success(engine: Engine) -> None:
@@ -99,3 +113,61 @@ def test_a_streamed_request_cannot_use_shared_memory(engine: Engine) -> None:
     with pytest.raises(InvalidArgument, match="decoupled: its inputs and outputs cannot be in shared memory"):
         asyncio.run(read())
     assert engine.models.get("repeat").inflight == 0
+
+
+def test_unregistering_regions_in_use_waits_for_the_requests_using_them(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triton's rule: an unregister while requests use a region succeeds but only marks it; the region
+    stays listed (and usable by new requests) until the last of them is answered, then goes."""
+    key = f"/nereid_admission_{uuid.uuid4().hex[:8]}"
+    handle = shm.create_shared_memory_region("held", key, 128)
+    try:
+        shm.set_shared_memory_region(handle, [np.arange(16, dtype=np.int32)])
+        engine.register_system_shared_memory("held", key, 0, 128)
+        scheduler = engine.models.get("simple").scheduler
+        run = scheduler.execute
+
+        async def scenario() -> list[list[str]]:
+            started = [asyncio.Event(), asyncio.Event()]
+            gates = [asyncio.Event(), asyncio.Event()]
+            calls = 0
+
+            async def held_execute(request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
+                nonlocal calls
+                call, calls = calls, calls + 1
+                started[call].set()
+                await gates[call].wait()
+                return await run(request, timing)
+
+            def listed() -> list[str]:
+                return [r.name for r in engine.system_shared_memory_status()]
+
+            monkeypatch.setattr(scheduler, "execute", held_execute)
+            request = _simple()
+            for tensor in request.inputs:
+                tensor.shared_memory = SharedMemoryRef("held", 0, 64)
+            first = asyncio.create_task(engine.infer(request))
+            await started[0].wait()
+            engine.unregister_system_shared_memory()  # all regions; "held" is in use
+            seen = [listed()]
+            second = asyncio.create_task(engine.infer(request))  # a marked region still serves new requests
+            entered = asyncio.create_task(started[1].wait())
+            await asyncio.wait((second, entered), return_when=asyncio.FIRST_COMPLETED)
+            if second.done():  # refused: surface why
+                entered.cancel()
+                await second
+            gates[0].set()
+            await first
+            seen.append(listed())  # the second request still holds it
+            gates[1].set()
+            response = await second
+            assert response.outputs[0].data.tolist() == [[2 * i for i in range(16)]]
+            seen.append(listed())
+            return seen
+
+        assert asyncio.run(scenario()) == [["held"], ["held"], []]
+        assert engine.models.get("simple").inflight == 0
+    finally:
+        engine.unregister_system_shared_memory()
+        shm.destroy_shared_memory_region(handle)

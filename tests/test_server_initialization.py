@@ -4,6 +4,7 @@ endpoints up, neither live nor ready, as Triton does."""
 from __future__ import annotations
 
 import asyncio
+import errno
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from nereid.frontends.http import HttpFrontend
 from nereid.frontends.http.protocol import HttpRequest
 from nereid.repository.manager import RepositoryMissing
-from nereid.server import build_engine
+from nereid.server import _cannot_serve, build_engine
 from nereid.settings import ServerSettings
 from tests.conftest import EXAMPLES
 
@@ -36,3 +37,12 @@ def test_without_exit_on_error_the_endpoints_stay_up_not_live(tmp_path: Path) ->
         assert get("/v2/health/live") != 200 and get("/v2/health/ready") != 200
     finally:
         engine.shutdown()
+
+
+def test_http_and_metrics_ports_in_use_are_told_in_tritons_words() -> None:
+    in_use = OSError(errno.EADDRINUSE, "Address already in use")
+    assert _cannot_serve("HTTP", "0.0.0.0", 8000, in_use).message == (
+        "failed to start HTTP service: Unavailable - Socket '0.0.0.0:8000' already in use"
+    )
+    other = _cannot_serve("Metrics", "10.9.9.9", 8002, OSError(errno.EADDRNOTAVAIL, "Cannot assign"))
+    assert other.message.startswith("failed to start Metrics service: cannot serve on 10.9.9.9:8002")

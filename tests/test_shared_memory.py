@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
 
-from nereid.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable, Unsupported
+from nereid.errors import AlreadyExists, InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 
 
@@ -42,10 +42,15 @@ def test_register_view_write_status_unregister(region: tuple[str, object]) -> No
         registry.system_status("r")
 
 
-@pytest.mark.parametrize("key", ["/../../etc/passwd", "/a/b", "/..", "/nereid_no_such_region"])
+@pytest.mark.parametrize("key", ["/../../etc/passwd", "/a/b", "/.."])
 def test_keys_that_cannot_be_opened(key: str) -> None:
     with pytest.raises(InvalidArgument, match="Unable to open shared memory region"):
         SharedMemoryRegistry().register_system("x", key, 0, 16)
+
+
+def test_a_key_with_no_object_is_an_internal_error_as_in_triton() -> None:
+    with pytest.raises(InternalError, match="^Unable to open shared memory region: '/nereid_no_such_region'"):
+        SharedMemoryRegistry().register_system("x", "/nereid_no_such_region", 0, 16)
 
 
 @pytest.mark.parametrize("key", ["", "/", "///"])
@@ -81,7 +86,7 @@ def test_a_link_in_dev_shm_is_not_followed(tmp_path: object) -> None:
     name = f"nereid_link_{uuid.uuid4().hex[:8]}"
     os.symlink("/etc/hostname", f"/dev/shm/{name}")
     try:
-        with pytest.raises(InvalidArgument, match="Unable to open"):
+        with pytest.raises(InternalError, match="Unable to open"):
             SharedMemoryRegistry().register_system("x", "/" + name, 0, 4)
     finally:
         os.unlink(f"/dev/shm/{name}")

@@ -54,8 +54,7 @@ class HeaderForwarding:
             key = name.lower()
             if key in RESERVED_KEYS or key.startswith("triton_"):
                 raise InvalidArgument(
-                    f"header '{name}' cannot be forwarded as a request parameter: the key is reserved for "
-                    "Triton usage"
+                    f"Header '{name}' is reserved for Triton usage and cannot be forwarded."
                 )
             parameters.setdefault(key, value)
 

@@ -22,6 +22,7 @@ from nereid.repository.model import ModelVersion, model_metadata, read_labels, t
 from nereid.repository.scan import ModelSource, select_versions, version_folders
 from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep, ensemble_steps
 from nereid.settings import ServerSettings
+from nereid.statistics import ModelStatistics
 
 if TYPE_CHECKING:
     from nereid.repository.loader import LoadResult
@@ -56,8 +57,10 @@ def load_ensemble(
         validate_config(config, config_source, name)
         validate_ensemble_config(config)
         member_configs = check_members(config, members)
-        decoupled = [config, *member_configs]  # an ensemble streams when it, or one of its steps, does
-        check_response_cache(config, any(c.model_transaction_policy.decoupled for c in decoupled))
+        # Triton's rule: an ensemble with a decoupled step is decoupled (any number of responses)
+        if any(m.model_transaction_policy.decoupled for m in member_configs):
+            config.model_transaction_policy.decoupled = True
+        check_response_cache(config, config.model_transaction_policy.decoupled)
         labels = _labels(source, config, members)
     except NereidError as exc:
         result.failures[None] = exc.message
@@ -78,6 +81,7 @@ def load_ensemble(
         if current is not None and current.config == config:
             result.versions[version] = current  # re-checked above against the members as they are now
             continue
+        statistics = ModelStatistics()
         result.versions[version] = ModelVersion(
             name=name,
             version=version,
@@ -86,7 +90,8 @@ def load_ensemble(
             metadata=model_metadata(config, [version]),
             inputs=tensor_specs(config.input),
             outputs=tensor_specs(config.output, labels),
-            scheduler=EnsembleScheduler(name, steps, members, config),
+            scheduler=EnsembleScheduler(name, steps, members, config, statistics),
+            statistics=statistics,
             output_names=_production_order(config, steps),
             required_inputs=tuple(i.name for i in config.input if not i.optional),
             ensemble=True,

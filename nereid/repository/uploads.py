@@ -9,7 +9,8 @@ from pathlib import Path, PurePosixPath
 from nereid.errors import InvalidArgument, PollFailed
 
 FILE_PREFIX = "file:"
-# What the file system takes, checked up front so that an upload beyond it is the client's error (400)
+# What the file system takes, checked up front so that nothing is written for an upload beyond it. Triton
+# finds these when its writes fail, and answers as for any unreadable upload (INTERNAL, "failed to poll").
 MAX_NAME_BYTES = 255  # one folder or file name (NAME_MAX on Linux)
 MAX_FILE_DEPTH = 64  # folders a `file:` path may nest
 MAX_PATH_BYTES = 2048  # a whole `file:` path (PATH_MAX is 4096, and the private folder's path comes first)
@@ -32,15 +33,15 @@ def checked_relative_path(model_name: str, key: str) -> PurePosixPath:
         )
     parts = text.split("/")
     if len(parts) > MAX_FILE_DEPTH or len(text.encode()) > MAX_PATH_BYTES:
-        raise InvalidArgument(
-            f"load of model '{model_name}': file parameter '{key[:64]}...' is too deep or too long (at most "
-            f"{MAX_FILE_DEPTH} folders and {MAX_PATH_BYTES} bytes)"
+        raise PollFailed(
+            model_name,
+            f"file parameter '{key[:64]}...' is too deep or too long (at most {MAX_FILE_DEPTH} folders and "
+            f"{MAX_PATH_BYTES} bytes)",
         )
     longest = max(parts, key=lambda part: len(part.encode()))
     if len(longest.encode()) > MAX_NAME_BYTES:
-        raise InvalidArgument(
-            f"load of model '{model_name}': file parameter '{key[:64]}...' has a name longer than "
-            f"{MAX_NAME_BYTES} bytes"
+        raise PollFailed(
+            model_name, f"file parameter '{key[:64]}...' has a name longer than {MAX_NAME_BYTES} bytes"
         )
     return path
 

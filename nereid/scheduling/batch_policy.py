@@ -5,7 +5,8 @@ arrival) while they fit in `max_batch_size` and have the same shape as the first
 leaves out the inputs allowing ragged batches). A batch goes at once when it reaches `max_batch_size`
 or a preferred size (the largest it can form); otherwise it waits for more requests until the oldest has waited
 `max_queue_delay` (0: no wait). Requests past their queue timeout are rejected or, with DELAY, go
-behind the others.
+behind the others of their priority level (each level keeps its delayed requests after its own queue,
+ahead of the next level, as in Triton).
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ class Decision:
 
 def order(queue: Sequence[Pending], now: float) -> list[int]:
     """Queue positions in the order they are served: priority, then arrival; timed-out DELAY
-    requests after all the others."""
+    requests after the others of their priority level."""
     return sorted(
         range(len(queue)),
-        key=lambda i: (_delayed(queue[i], now), queue[i].priority, queue[i].arrival, i),
+        key=lambda i: (queue[i].priority, _delayed(queue[i], now), queue[i].arrival, i),
     )
 
 

@@ -41,6 +41,17 @@ def test_identity_copies_inputs_and_fills_left_out_optional_ones_with_zeros(tmp_
     assert outputs["OUTPUT2"].shape == (2, 1)
 
 
+def test_a_request_missing_a_required_input_is_told_the_range_when_some_are_optional(tmp_path: Path) -> None:
+    model_dir(tmp_path, "identity", IDENTITY)
+    with serving(tmp_path) as engine, pytest.raises(NereidError) as raised:
+        infer(engine, "identity", {"INPUT1": np.zeros((1, 2, 3), np.int32)})
+    assert raised.value.message == (
+        "[request id: <id_unknown>] expected number of inputs between 1 and 3 but got 1 inputs for model "
+        "'identity'. Got input(s) ['INPUT1'], but missing required input(s) ['INPUT0']. Please provide all "
+        "required input(s)."
+    )
+
+
 def _spec(config_text: str, tmp_path: Path, instance_name: str = "m_0") -> InstanceSpec:
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc

@@ -413,6 +413,15 @@ def test_system_shared_memory(server: RunningServer) -> None:
             client.register_system_shared_memory("in", f"{key}_in", 128)
         client.unregister_system_shared_memory()
         assert not client.get_system_shared_memory_status().regions
+        # Triton's statuses and words, which its clients match on
+        with pytest.raises(
+            InferenceServerException, match=r"^\[StatusCode\.INTERNAL\] Unable to open shared"
+        ):
+            client.register_system_shared_memory("absent", f"{key}_absent", 16)
+        with pytest.raises(
+            InferenceServerException, match="failed to register shared memory region.*invalid args"
+        ):
+            client.register_cuda_shared_memory("", b"", 0, 0)
     finally:
         client.unregister_system_shared_memory()
         for handle in regions.values():

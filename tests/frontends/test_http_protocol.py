@@ -110,7 +110,10 @@ def test_oversized_bodies_are_refused_and_the_connection_closed() -> None:
             writer.write(_post("/big", b"y" * 101))
             status, headers, body = await _read_response(reader)
             assert status == 400 and headers["connection"] == "close"
-            assert "larger than --http-max-input-size (100)" in orjson.loads(body)["error"]
+            assert orjson.loads(body)["error"] == (
+                "request JSON size of 101 bytes exceeds the maximum allowed input size of 100 bytes. "
+                "Use --http-max-input-size to increase the limit."
+            )
             assert await reader.read() == b""
             writer.close()
             # chunked, found too large as it arrives
@@ -127,6 +130,14 @@ def test_oversized_bodies_are_refused_and_the_connection_closed() -> None:
             )
             status, _, body = await _read_response(reader)
             assert status == 400 and "--http-max-input-size" in orjson.loads(body)["error"]
+            writer.close()
+            # a raw binary body (no JSON header): Triton's text for raw input
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(_post("/big", b"y" * 101, "inference-header-content-length: 0"))
+            status, _, body = await _read_response(reader)
+            assert status == 400 and orjson.loads(body)["error"].startswith(
+                "Raw input has a byte_size (101 bytes) that exceeds the maximum allowed value of 100 bytes."
+            )
             writer.close()
 
     asyncio.run(scenario())

@@ -45,3 +45,11 @@ def test_flags_must_be_booleans(key: str, value: object) -> None:
         InvalidArgument, match=f"^Unable to parse '{key}': attempt to access JSON non-boolean"
     ):
         _decode({"sequence_id": 3, key: value})
+
+
+@pytest.mark.parametrize("key", ["triton_enable_empty_final_response", "triton_final_response", "triton_x"])
+def test_triton_prefixed_keys_are_refused_with_tritons_text(key: str) -> None:
+    with pytest.raises(
+        InvalidArgument, match=r"^parameter keys starting with 'triton_' are reserved for Triton usage and"
+    ):
+        _decode({key: True, "custom": 1})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nereid.errors import InvalidArgument
+from nereid.errors import InvalidArgument, PollFailed
 from nereid.repository.uploads import (
     MAX_FILE_DEPTH,
     MAX_NAME_BYTES,
@@ -20,12 +20,12 @@ def test_a_model_name_longer_than_the_limit_is_refused_naming_it() -> None:
 
 
 def test_a_file_nested_2000_folders_deep_is_refused() -> None:
-    with pytest.raises(InvalidArgument, match=f"at most {MAX_FILE_DEPTH} folders and {MAX_PATH_BYTES} bytes"):
+    with pytest.raises(PollFailed, match=f"at most {MAX_FILE_DEPTH} folders and {MAX_PATH_BYTES} bytes"):
         write_model_folder("m", {"file:" + "d/" * 2000 + "model.py": b"x"})
 
 
 def test_a_file_name_longer_than_the_limit_is_refused() -> None:
-    with pytest.raises(InvalidArgument, match=f"name longer than {MAX_NAME_BYTES} bytes"):
+    with pytest.raises(PollFailed, match=f"name longer than {MAX_NAME_BYTES} bytes"):
         write_model_folder("m", {"file:1/" + "f" * 300: b"x"})
 
 

@@ -63,6 +63,18 @@ def test_timeouts_reject_or_delay() -> None:
     assert before == Decision((), wake_at=0.5)  # the first deadline comes before the delay
 
 
+def test_a_delayed_request_stays_ahead_of_the_next_priority_level() -> None:
+    queue = [
+        Pending(1, (), 0.0, priority=1, deadline=0.5, delay_on_timeout=True),  # timed out: DELAY
+        Pending(1, (), 0.1, priority=1),
+        Pending(3, (), 0.2, priority=2),
+        Pending(6, (), 0.3, priority=2),
+    ]
+    assert order(queue, now=1.0) == [1, 0, 2, 3]
+    policy = BatchPolicy(max_batch_size=32, preferred_batch_sizes=(4, 8), max_queue_delay_s=10.0)
+    assert decide(queue[:1] + queue[2:], now=1.0, policy=policy).run == (0, 1)  # 1 + 3: preferred 4
+
+
 def test_nothing_runs_while_no_instance_is_free_but_timeouts_still_reject() -> None:
     queue = [Pending(1, (), 0.0, deadline=0.5), Pending(1, (), 0.1)]
     decision = decide(queue, now=0.6, policy=BatchPolicy(max_batch_size=4), instance_free=False)

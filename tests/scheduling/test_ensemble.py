@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from nereid.backends.base import SEQUENCE_START, BackendRequest
-from nereid.errors import InvalidArgument
+from nereid.errors import InvalidArgument, QueueFull
 from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep, needed_steps
-from nereid.statistics import RequestTiming
+from nereid.statistics import ModelStatistics, RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor
 
 
@@ -170,3 +170,29 @@ async def test_only_the_steps_that_make_the_requested_outputs_run() -> None:
     assert list(outputs) == ["SIDE"]
     assert sorted(r.model_name for r in fake.requests) == ["right", "side"]  # neither join nor left
     assert [s.model_name for s in needed_steps(tuple(steps), ["OUT"])] == ["join", "left", "right"]
+
+
+@_sync
+async def test_a_failed_step_counts_among_the_ensembles_failures_unless_its_queue_refused_it() -> None:
+    """Triton's rule: composing failures show in the ensemble's statistics too, with reason OTHER."""
+    fake = FakeMembers()
+    fake.fail.add("left")
+    statistics = ModelStatistics()
+
+    def lookup(name: str, version: str) -> Any:
+        raise AssertionError("not used")
+
+    scheduler = EnsembleScheduler("e", tuple(DIAMOND), EnsembleMembers(lookup, fake), None, statistics)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="^in ensemble 'e', model 'left' refused it"):
+        await scheduler.execute(_request())
+    assert statistics.failures == {"REJECTED": 0, "CANCELED": 0, "BACKEND": 0, "OTHER": 1}
+
+    class Full(FakeMembers):
+        async def infer(self, request: InferRequest) -> InferResponse:
+            raise QueueFull("Exceeds maximum queue size")
+
+    statistics = ModelStatistics()
+    scheduler = EnsembleScheduler("e", tuple(DIAMOND), EnsembleMembers(lookup, Full()), None, statistics)  # type: ignore[arg-type]
+    with pytest.raises(QueueFull):
+        await scheduler.execute(_request())
+    assert statistics.failures["OTHER"] == 0

@@ -137,7 +137,9 @@ async def start_grpc_server(engine: EngineClient, settings: ServerSettings) -> t
             port = server.add_secure_port(address, _credentials(options))
         else:
             port = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise Unavailable(f"gRPC: cannot listen on {address}: {exc}") from None
+    except RuntimeError as exc:  # the cores say only that binding failed: mostly a port in use
+        raise Unavailable(
+            f"failed to start GRPC service: Unavailable - Socket '{address}' already in use ({exc})"
+        ) from None
     await server.start()
     return server, port

@@ -15,7 +15,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from nereid.engine_client import EngineClient
-from nereid.errors import DecoupledModel, NereidError, Unsupported, unexpected
+from nereid.errors import DecoupledModel, InvalidArgument, NereidError, Unsupported, unexpected
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
@@ -287,6 +287,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
+        if len(request.raw_handle) != 64:  # Triton's words for a handle it cannot open
+            raise InvalidArgument(
+                f"failed to register shared memory region '{request.name}': invalid args (a cudaIpcMemHandle_t "
+                f"is 64 bytes, got {len(request.raw_handle)})"
+            )
         # the registry takes the handle as HTTP carries it, in base64
         handle = base64.b64encode(request.raw_handle).decode("ascii")
         self._engine.register_cuda_shared_memory(request.name, handle, request.device_id, request.byte_size)

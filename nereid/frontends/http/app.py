@@ -393,9 +393,14 @@ def _raw_input(model: ModelMetadata, body_size: int) -> tuple[str, str, tuple[in
                 f"{prefix}For BYTE datatype raw input '{spec.name}', the model must have input shape [1]"
             )
     elif -1 in dims:
+        if dims.count(-1) > 1:
+            raise InvalidArgument(
+                f"{prefix}The shape of the raw input '{spec.name}' can not be deduced because there are more "
+                "than one variable-sized dimension"
+            )
         # deduce the one variable dimension from the body size
         known = element_size(spec.datatype) * math.prod(d for d in dims if d != -1)
-        if dims.count(-1) > 1 or body_size % known:
+        if body_size % known:
             raise InvalidArgument(
                 f"{prefix}raw input '{spec.name}' of model '{model.name}' has dims {dims}: a body of "
                 f"{body_size} bytes does not determine its shape"

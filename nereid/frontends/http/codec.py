@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,7 @@ import orjson
 
 from nereid.datatypes import (
     WIRE_DATATYPES,
+    element_size,
     numpy_dtype,
     tensor_from_bytes,
     tensor_to_bytes,
@@ -36,6 +38,9 @@ _INT_BOUNDS = {
 _FLOAT_KINDS = frozenset("iuf")
 # numpy dtypes of the datatypes whose elements have a fixed size (all but BYTES)
 _FIXED_SIZE = {name: numpy_dtype(name) for name in WIRE_DATATYPES if name != "BYTES"}
+_INT64_MAX = 2**63 - 1
+# Triton's bound on the arrays nested in an input's 'data' (deeper ones are refused, not recursed into)
+_MAX_JSON_NESTING = 100
 
 
 def decode_infer_request(
@@ -71,8 +76,15 @@ def decode_infer_request(
         )
     inputs: list[InferTensor] = []
     request = InferRequest(model_name, model_version, inputs, None, request_id, parameters)
-    if parameters and not _CONTROLS.isdisjoint(parameters):
-        _take_controls(request)
+    if parameters:
+        if not _CONTROLS.isdisjoint(parameters):
+            _take_controls(request)
+        if any(key.startswith("triton_") for key in parameters):
+            # the server's own keys (final-response flags...); a client setting them would steer it
+            raise InvalidArgument(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and should not be "
+                "specified."
+            )
     if "inputs" not in document:
         raise InvalidArgument(
             "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
@@ -98,8 +110,13 @@ def decode_raw_binary_request(
     body: bytes, model_name: str, model_version: str, input_name: str, datatype: str, shape: tuple[int, ...]
 ) -> InferRequest:
     """The header-less form: the whole body is the one input of the model (batch 1)."""
-    # Triton calls the tensor 'raw_input' in errors until it is matched to the model's input.
-    data = tensor_from_bytes(memoryview(body), datatype, shape, "raw_input", model_name, request_prefix(""))
+    if datatype == "BYTES" and math.prod(shape) == 1:  # the whole body (Triton adds the length prefix itself)
+        data = np.array([bytes(body)], dtype=object).reshape(shape)
+    else:
+        # Triton calls the tensor 'raw_input' in errors until it is matched to the model's input.
+        data = tensor_from_bytes(
+            memoryview(body), datatype, shape, "raw_input", model_name, request_prefix("")
+        )
     tensor = InferTensor(input_name, datatype, shape, data)
     return InferRequest(model_name, model_version, [tensor], None, "", {"binary_data_output": True})
 
@@ -181,7 +198,7 @@ def _decode_input(
         datatype = _member(raw, "datatype", str, "string")
         dims = _member(raw, "shape", list, "array")
     shape = tuple(dims)
-    count = _element_count(shape, name)
+    count = _element_count(shape, name, datatype)
     raw_parameters = raw.get("parameters")
     parameters = {} if raw_parameters is None else _parameters(raw_parameters, "input", name)
     if datatype not in WIRE_DATATYPES:
@@ -233,8 +250,9 @@ def _decode_input(
     return InferTensor(name, datatype, shape, data, parameters), size
 
 
-def _element_count(shape: tuple[Any, ...], name: str) -> int:
-    """The shape's element count; refuses non-integers and what numpy could not allocate."""
+def _element_count(shape: tuple[Any, ...], name: str, datatype: str) -> int:
+    """The shape's element count; refuses non-integers, counts and byte sizes past int64 (Triton's texts),
+    and what numpy could not allocate."""
     count = 1
     bound = 1
     for d in shape:
@@ -246,8 +264,34 @@ def _element_count(shape: tuple[Any, ...], name: str) -> int:
         count *= d
         bound *= d or 1
     if len(shape) > MAX_RANK or bound > MAX_ELEMENTS:
+        if count > _INT64_MAX:
+            raise InvalidArgument(
+                f"invalid shape for input '{name}': shape {_shape_text(shape)} causes total element count to "
+                f"exceed maximum size of {_INT64_MAX}"
+            )
+        size = element_size(datatype) if datatype in WIRE_DATATYPES and datatype != "BYTES" else 1
+        if size > 1 and count > _INT64_MAX // size:
+            raise InvalidArgument(
+                f"byte size overflow for input '{name}': element count ({count}) * data type size ({size}) "
+                f"exceeds maximum allowed size ({_INT64_MAX})"
+            )
         raise shape_too_large(shape, name)
     return count
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ",".join(map(str, shape)) + "]"
+
+
+def _nesting_depth(data: list[Any]) -> int:
+    """How many arrays deep the first element lies (the others lie as deep, or the shape check fails)."""
+    depth = 0
+    while type(data) is list:
+        depth += 1
+        if depth >= _MAX_JSON_NESTING or not data:
+            break
+        data = data[0]
+    return depth
 
 
 def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, name: str) -> np.ndarray:
@@ -259,6 +303,10 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
     if not isinstance(data, list):
         raise InvalidArgument(
             f"Unable to parse 'data': attempt to access JSON non-array as array (input '{name}')"
+        )
+    if data and type(data[0]) is list and _nesting_depth(data) >= _MAX_JSON_NESTING:
+        raise InvalidArgument(
+            f"JSON nesting depth exceeds maximum allowed limit ({_MAX_JSON_NESTING}) (input '{name}')"
         )
     if datatype == "BYTES":
         return _bytes_from_json(data, shape, count, name)
@@ -448,7 +496,14 @@ def encode_infer_response(response: InferResponse, request: InferRequest) -> tup
 def _json_data(tensor: InferTensor) -> Any:
     flat = tensor.data.reshape(-1)
     if tensor.datatype == "BYTES":
-        return [_text(item) for item in flat]
+        try:
+            return [_text(item) for item in flat]
+        except UnicodeDecodeError:
+            # JSON strings are UTF-8: Triton refuses these too rather than alter them
+            raise InvalidArgument(
+                f"output '{tensor.name}' holds bytes that are not valid UTF-8, which JSON cannot carry: "
+                "request it as binary data"
+            ) from None
     if tensor.datatype in ("FP16", "BF16"):
         return flat.astype(np.float32)
     return np.ascontiguousarray(flat)
@@ -456,7 +511,7 @@ def _json_data(tensor: InferTensor) -> Any:
 
 def _text(item: Any) -> str:
     if isinstance(item, bytes):
-        return item.decode("utf-8", errors="replace")
+        return item.decode("utf-8")
     return str(item)
 
 

@@ -13,6 +13,7 @@ server-sent events of ordinary infer response bodies when the client sends `Acce
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -44,6 +45,7 @@ def generate_request(engine: EngineClient, name: str, version: str, body: bytes)
     metadata = engine.model_metadata(name, version)
     batched = metadata.max_batch_size > 0
     specs = {t.name: t for t in metadata.inputs}
+    _refuse_repeated_inputs(body, specs)
     inputs: list[dict[str, Any]] = []
     parameters: dict[str, Any] = {}
     request_id = ""
@@ -51,6 +53,7 @@ def generate_request(engine: EngineClient, name: str, version: str, body: bytes)
         spec = specs.get(key)
         if spec is not None:
             data = value if isinstance(value, list) else [value]
+            _check_json_type(spec.datatype, data)
             if any(isinstance(item, (list, dict)) for item in data):
                 raise InternalError("Unable to parse 'data': Shape does not match true shape of 'data' field")
             shape = _shape(key, spec.shape[1:] if batched else spec.shape, len(data), batched)
@@ -62,6 +65,12 @@ def generate_request(engine: EngineClient, name: str, version: str, body: bytes)
                 raise InternalError(
                     "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object as object"
                 )
+            for nested_key, nested in value.items():
+                if not isinstance(nested, (bool, int, float, str)):
+                    raise InvalidArgument(
+                        f"Converting keyword: 'parameters': parameter '{nested_key}' has invalid type. It should "
+                        "be either 'int', 'bool', or 'string'."
+                    )
             parameters.update(value)
         elif isinstance(value, (bool, int, str)):
             parameters[key] = value
@@ -75,6 +84,37 @@ def generate_request(engine: EngineClient, name: str, version: str, body: bytes)
     if parameters:
         infer_body["parameters"] = parameters
     return decode_infer_request(orjson.dumps(infer_body), None, name, version)
+
+
+def _check_json_type(datatype: str, data: list[Any]) -> None:
+    """Triton's words (its JSON reader's) for a value of the wrong JSON type, checked in document order."""
+    if datatype == "BYTES":
+        if not all(isinstance(item, str) for item in data):
+            raise InternalError(
+                "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
+            )
+    elif datatype == "BOOL" and not all(isinstance(item, bool) for item in data):
+        raise InternalError("attempt to access JSON non-boolean as boolean")
+
+
+def _refuse_repeated_inputs(body: bytes, specs: dict[str, Any]) -> None:
+    """A key given twice keeps its last value in a parsed object; Triton adds each as an input and refuses
+    the second. Only bodies that repeat an input name are parsed a second time, with the pairs kept."""
+    if not any(body.count(b'"%s"' % name.encode()) > 1 for name in specs):
+        return
+    top: list[tuple[str, Any]] = []
+
+    def keep(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        top[:] = items  # the top-level object is the last one the decoder completes
+        return dict(items)
+
+    json.loads(body, object_pairs_hook=keep)
+    seen: set[str] = set()
+    for key, _ in top:
+        if key in specs:
+            if key in seen:
+                raise InvalidArgument(f"input '{key}' already exists in request")
+            seen.add(key)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

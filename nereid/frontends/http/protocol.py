@@ -289,15 +289,25 @@ class _Connection(asyncio.Protocol):
             self._check_chunk_size(self._tail + data[-_CHUNK_LINE_TAIL:])
         self._tail = data[-_CHUNK_LINE_TAIL:]
 
+    def _refuse_too_large(self, size: int) -> None:
+        """Triton's texts: a raw binary body (a zero Inference-Header-Content-Length) or a JSON one."""
+        limit = self._server._max_body_size
+        if self._headers.get("inference-header-content-length", "").strip() == "0":
+            text = f"Raw input has a byte_size ({size} bytes) that exceeds the maximum allowed value of {limit} bytes."
+        else:
+            text = (
+                f"request JSON size of {size} bytes exceeds the maximum allowed input size of {limit} bytes."
+            )
+        self._refuse(400, text + " Use --http-max-input-size to increase the limit.")
+
     def _check_chunk_size(self, seen: bytes) -> None:
         line = seen.rstrip(b"\r\n").rpartition(b"\n")[2].partition(b";")[0].strip()
         try:
             size = int(line, 16)
         except ValueError:
             return  # not found whole: on_body still counts the data as it comes
-        limit = self._server._max_body_size
-        if self._body_size + size > limit:
-            self._refuse(400, f"request body is larger than --http-max-input-size ({limit} bytes)")
+        if self._body_size + size > self._server._max_body_size:
+            self._refuse_too_large(self._body_size + size)
 
     def pause_writing(self) -> None:
         # The client is not reading its responses: stop reading its requests until it catches up.
@@ -356,12 +366,8 @@ class _Connection(asyncio.Protocol):
         for key, values in self._repeated.items():
             self._headers[key] = ", ".join(values)
         declared = self._headers.get("content-length")
-        limit = self._server._max_body_size
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            self._refuse(
-                400,
-                f"request body of {declared} bytes is larger than --http-max-input-size ({limit})",
-            )
+        if declared is not None and declared.isdigit() and int(declared) > self._server._max_body_size:
+            self._refuse_too_large(int(declared))
             return
         if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -372,10 +378,7 @@ class _Connection(asyncio.Protocol):
             return
         self._body_size += len(body)
         if self._body_size > self._server._max_body_size:
-            self._refuse(
-                400,
-                f"request body is larger than --http-max-input-size ({self._server._max_body_size} bytes)",
-            )
+            self._refuse_too_large(self._body_size)
             return
         self._body.append(body)
 

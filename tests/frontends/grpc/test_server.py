@@ -46,7 +46,11 @@ def test_a_port_in_use_is_a_clear_error(grpc_server: InProcessServer) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         settings = ServerSettings(model_repositories=(EXAMPLES,), grpc_address="127.0.0.1", grpc_port=port)
-        with pytest.raises(Unavailable, match=f"gRPC: cannot listen on 127.0.0.1:{port}"):
+        # Triton's words, which tools look for in its log
+        with pytest.raises(
+            Unavailable,
+            match=f"^failed to start GRPC service: Unavailable - Socket '127.0.0.1:{port}' already in use",
+        ):
             asyncio.run(start_grpc_server(grpc_server.engine, settings))
 
 
