@@ -18,6 +18,7 @@ from nereid.model_config import (
     validate_config,
 )
 from nereid.model_config.ensemble import is_ensemble, step_models, validate_ensemble_config
+from nereid.repository.ensemble_flow import decoupled_flow
 from nereid.repository.model import ModelVersion, model_metadata, read_labels, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, version_folders
 from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep, ensemble_steps
@@ -56,8 +57,10 @@ def load_ensemble(
         validate_config(config, config_source, name)
         validate_ensemble_config(config)
         member_configs = check_members(config, members)
-        decoupled = [config, *member_configs]  # an ensemble streams when it, or one of its steps, does
-        check_response_cache(config, any(c.model_transaction_policy.decoupled for c in decoupled))
+        declared = config.model_transaction_policy.decoupled
+        # as in Triton, the steps decide, whatever the ensemble's own config says
+        config.model_transaction_policy.decoupled = decoupled_flow(config, member_configs)
+        check_response_cache(config, declared or config.model_transaction_policy.decoupled)
         labels = _labels(source, config, members)
     except NereidError as exc:
         result.failures[None] = exc.message

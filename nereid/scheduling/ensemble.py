@@ -4,7 +4,9 @@ An ensemble has no instances. Each step is an ordinary inference request to a co
 through the engine, so it goes through that model's own scheduler (batching happens per step), counts
 as a request in flight of that model (a reload drains it) and in that model's statistics. A step
 starts as soon as its input tensors exist, so independent steps run at the same time. Tensors stay
-numpy arrays in this process between steps.
+numpy arrays in this process between steps. A decoupled ensemble (one with a decoupled step) runs
+each request as nereid.scheduling.ensemble_stream describes, and sends its responses to the request's
+stream.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from nereid.backends.base import BackendRequest, Outputs
 from nereid.datatypes import wire_datatype
 from nereid.errors import InternalError, NereidError
 from nereid.scheduling.ensemble_shapes import reshape_for
+from nereid.scheduling.ensemble_stream import EnsembleStreamRun
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
@@ -90,9 +93,12 @@ class EnsembleScheduler:
         self._members = members
         self._batching = config is not None and config.max_batch_size > 0
         self._output_dims = {o.name: tuple(o.dims) for o in config.output} if config is not None else {}
+        self._inputs = tuple(i.name for i in config.input) if config is not None else ()
         self._needed: dict[tuple[str, ...], tuple[EnsembleStep, ...]] = {}
 
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
+        if request.stream is not None:
+            return await self._execute_decoupled(request, timing)
         start = time.perf_counter_ns()
         tensors: dict[str, np.ndarray] = dict(request.inputs)
         # each tensor's batch size, as ensemble_shapes uses it (0: made without batching)
@@ -140,6 +146,29 @@ class EnsembleScheduler:
             if name in tensors
         }
 
+    async def _execute_decoupled(self, request: BackendRequest, timing: RequestTiming | None) -> Outputs:
+        start = time.perf_counter_ns()
+        server = self._server()
+        run = EnsembleStreamRun(
+            self._needed_steps(tuple(request.outputs)),
+            request,
+            self._inputs or tuple(request.inputs),
+            lambda array: _batch(array, self._batching),
+            lambda step, tensors, batches: self._member_request(step, tensors, batches, request),
+            server.infer_stream,
+            self._step_error,
+            self._as_output,
+        )
+        task = asyncio.current_task()
+        if task is not None and request.stream is not None:
+            # the client went away: stop the steps, which tells the models in turn
+            request.stream.on_cancel(lambda: _cancel(task))
+        try:
+            return await run.run()
+        finally:
+            if timing is not None:
+                timing.infer_ns = time.perf_counter_ns() - start
+
     def _needed_steps(self, outputs: tuple[str, ...]) -> list[EnsembleStep]:
         """The steps that contribute to the requested outputs; Triton runs no others."""
         needed = self._needed.get(outputs)
@@ -163,9 +192,34 @@ class EnsembleScheduler:
         batches: Mapping[str, int],
         request: BackendRequest,
     ) -> InferResponse:
+        server = self._server()
+        member = self._member_request(step, tensors, batches, request)
+        try:
+            return await server.infer(member)
+        except NereidError as exc:
+            raise self._step_error(exc) from None
+        finally:
+            if member.trace is not None:
+                member.trace.close()
+
+    def _server(self) -> ModelServices:
         server = self._members.server
         if server is None:
             raise InternalError(f"ensemble '{self._name}' is not connected to an engine")
+        return server
+
+    def _step_error(self, exc: NereidError) -> NereidError:
+        """Triton's wording; the status stays the composing model's."""
+        return type(exc)(f"in ensemble '{self._name}', {exc.message}")
+
+    def _member_request(
+        self,
+        step: EnsembleStep,
+        tensors: Mapping[str, np.ndarray],
+        batches: Mapping[str, int],
+        request: BackendRequest,
+    ) -> InferRequest:
+        """The request to a step's model, from the ensemble tensors its input map names."""
         inputs = []
         for name, tensor in step.input_map.items():
             if tensor not in tensors:
@@ -193,14 +247,7 @@ class EnsembleScheduler:
         trace = request.trace
         if trace is not None:  # each step is traced as a child of the ensemble's request
             member.trace = trace.child()
-        try:
-            return await server.infer(member)
-        except NereidError as exc:
-            # Triton's wording; the status stays the composing model's.
-            raise type(exc)(f"in ensemble '{self._name}', {exc.message}") from None
-        finally:
-            if member.trace is not None:
-                member.trace.close()
+        return member
 
     def pending(self) -> int:
         return 0
@@ -247,6 +294,10 @@ def _ready(waiting: list[EnsembleStep], running: Iterable[EnsembleStep]) -> list
 def _runnable(step: EnsembleStep, tensors: Mapping[str, np.ndarray]) -> bool:
     """Every input that the step's model requires exists (optional ones may be absent)."""
     return all(tensor in tensors or name in step.optional_inputs for name, tensor in step.input_map.items())
+
+
+def _cancel(task: asyncio.Task[object]) -> None:
+    task.cancel()
 
 
 def _batch(array: np.ndarray, batching: bool) -> int:
