@@ -4,7 +4,7 @@ ModelVersion per version folder with an EnsembleScheduler. Texts of the checks a
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -23,6 +23,7 @@ from nereid.repository.model import ModelVersion, model_metadata, read_labels, t
 from nereid.repository.scan import ModelSource, select_versions, version_folders
 from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep, ensemble_steps
 from nereid.settings import ServerSettings
+from nereid.statistics import ModelStatistics
 
 if TYPE_CHECKING:
     from nereid.repository.loader import LoadResult
@@ -45,8 +46,10 @@ def load_ensemble(
     members: EnsembleMembers,
     result: LoadResult,
     serving: Mapping[int, ModelVersion] | None,
+    statistics: Callable[[], ModelStatistics] = ModelStatistics,
 ) -> None:
-    """Fill `result` with the ensemble's versions, or with why it cannot load."""
+    """Fill `result` with the ensemble's versions, or with why it cannot load; `statistics` makes each
+    version's statistics (with the latency summaries and histograms the server's settings ask for)."""
     started = time.monotonic()
     name = source.name
     if not config.name:
@@ -93,6 +96,7 @@ def load_ensemble(
             output_names=_production_order(config, steps),
             required_inputs=tuple(i.name for i in config.input if not i.optional),
             ensemble=True,
+            statistics=statistics(),
             load_duration_s=time.monotonic() - started,
         )
 

@@ -52,7 +52,12 @@ class Stream:
         client.start_stream(lambda result, error: self.received.put((result, error)))
 
     def send(
-        self, model: str, values: list[int], delay_ms: int = 0, outputs: list[str] | None = None
+        self,
+        model: str,
+        values: list[int],
+        delay_ms: int = 0,
+        outputs: list[str] | None = None,
+        parameters: dict[str, Any] | None = None,
     ) -> None:
         requested = [grpcclient.InferRequestedOutput(name) for name in outputs] if outputs else None
         self.client.async_stream_infer(
@@ -61,6 +66,7 @@ class Stream:
             request_id=model,
             outputs=requested,
             enable_empty_final_response=True,
+            parameters=parameters,
         )
 
     def until_final(self) -> list[tuple[dict[str, list[int]], bool] | str]:
@@ -121,8 +127,10 @@ def test_no_response_from_the_decoupled_step_leaves_the_final_flag_alone(stream:
     assert stream.until_final() == [({}, True)]
 
 
-def test_each_response_of_a_middle_step_goes_through_the_next_step(stream: Stream) -> None:
-    stream.send("repeat_scale", [1, 2, 3], delay_ms=20)
+@pytest.mark.parametrize("sent", [False, True], ids=["returned", "sent"])
+def test_each_response_of_a_middle_step_goes_through_the_next_step(stream: Stream, sent: bool) -> None:
+    # the next step's model answers by returning its response, or through a response sender
+    stream.send("repeat_scale", [1, 2, 3], delay_ms=20, parameters={"send": True} if sent else None)
     got = stream.until_final()
     answers = _answers(got)
     # each answer pairs an element's index with its scaled value, whatever order they finished in

@@ -276,6 +276,8 @@ class Worker:
         if self._decoupled:
             self._executed(seq, slot, responses, len(requests))
             return
+        if responses is None:  # it may have sent them instead
+            responses = pb_utils.sent_responses(requests)
         problem = _check_responses(responses, len(requests))
         if problem:
             self._failed(seq, problem)
