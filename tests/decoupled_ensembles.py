@@ -35,6 +35,13 @@ def _int_model(root: Path, name: str, operation: str, io: str) -> None:
 
 def decoupled_ensemble_repository(root: Path) -> Path:
     shutil.copytree(REPEAT, root / "repeat")
+    (root / "late_echo" / "1").mkdir(parents=True)
+    shutil.copy(MODELS / "late_echo.py", root / "late_echo" / "1" / "model.py")
+    (root / "late_echo" / "config.pbtxt").write_text(
+        f'name: "late_echo"\nbackend: "python"\nmax_batch_size: 0\n{REPEAT_IO}\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
+        "model_transaction_policy { decoupled: true }\ninstance_group [ { kind: KIND_CPU count: 1 } ]\n"
+    )
     _int_model(
         root,
         "times_ten",

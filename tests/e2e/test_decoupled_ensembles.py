@@ -217,6 +217,15 @@ def test_statistics_count_the_ensemble_once_and_each_step_per_request(
     assert _success(after[2]) == _success(scale) + 4
 
 
+def test_a_decoupled_request_keeps_its_inputs_after_execute_returns(stream: Stream) -> None:
+    """The first request is answered after the second has run on the same instance."""
+    stream.send("late_echo", [1, 2, 3], delay_ms=400)
+    stream.send("late_echo", [7, 8, 9], delay_ms=0)
+    got = [stream.received.get(timeout=DEADLINE_S) for _ in range(2)]
+    assert [error for _, error in got] == [None, None]
+    assert [result.as_numpy("OUT").tolist() for result, _ in got] == [[7, 8, 9], [1, 2, 3]]
+
+
 def _int_input(name: str, value: int) -> grpcclient.InferInput:
     tensor = grpcclient.InferInput(name, [1], "INT32")
     tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
