@@ -16,7 +16,7 @@ class TritonPythonModel:
         answers = [self._answer(request) for request in requests]
         if not all(json.loads(request.parameters()).get("send", False) for request in requests):
             return answers
-        for request, answer in zip(requests, answers):
+        for request, answer in zip(requests, answers, strict=True):
             request.get_response_sender().send(answer, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 
