@@ -220,6 +220,12 @@ class Admission:
         if log.isEnabledFor(logging.DEBUG):
             _log_request(self, "OK (streamed)")
 
+    def record_stream_failed(self, exc: BaseException) -> None:
+        """A streamed request ended with an error that failed the whole request (an ensemble's step)."""
+        self.model.statistics.record_failure(time.perf_counter_ns() - self.start, _failure_reason(exc))
+        if log.isEnabledFor(logging.DEBUG):
+            _log_request(self, f"failed (streamed): {exc}")
+
     def responded(self) -> None:
         """A streamed request's first response (or error) went out."""
         self.model.statistics.record_first_response(time.perf_counter_ns() - self.start)

@@ -53,9 +53,19 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
             if not stream.finished:  # the consumer stopped early
                 stream.cancel()
                 admission.record_cancelled()
-        admission.record_streamed()
+        failure = _failure(execution) if model.ensemble else None
+        if failure is not None:  # an ensemble's request that a step failed counts as failed, as in Triton
+            admission.record_stream_failed(failure)
+        else:
+            admission.record_streamed()
     finally:
         admission.release()
+
+
+def _failure(execution: asyncio.Future[Outputs]) -> BaseException | None:
+    if not execution.done() or execution.cancelled():
+        return None
+    return execution.exception()
 
 
 def _executed(execution: asyncio.Future[Outputs], stream: ResponseStream) -> None:

@@ -4,7 +4,7 @@ ModelVersion per version folder with an EnsembleScheduler. Texts of the checks a
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -18,6 +18,7 @@ from nereid.model_config import (
     validate_config,
 )
 from nereid.model_config.ensemble import is_ensemble, step_models, validate_ensemble_config
+from nereid.repository.ensemble_flow import decoupled_flow
 from nereid.repository.model import ModelVersion, model_metadata, read_labels, tensor_specs
 from nereid.repository.scan import ModelSource, select_versions, version_folders
 from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep, ensemble_steps
@@ -45,8 +46,10 @@ def load_ensemble(
     members: EnsembleMembers,
     result: LoadResult,
     serving: Mapping[int, ModelVersion] | None,
+    statistics: Callable[[], ModelStatistics] = ModelStatistics,
 ) -> None:
-    """Fill `result` with the ensemble's versions, or with why it cannot load."""
+    """Fill `result` with the ensemble's versions, or with why it cannot load; `statistics` makes each
+    version's statistics (with the latency summaries and histograms the server's settings ask for)."""
     started = time.monotonic()
     name = source.name
     if not config.name:
@@ -57,10 +60,10 @@ def load_ensemble(
         validate_config(config, config_source, name)
         validate_ensemble_config(config)
         member_configs = check_members(config, members)
-        # Triton's rule: an ensemble with a decoupled step is decoupled (any number of responses)
-        if any(m.model_transaction_policy.decoupled for m in member_configs):
-            config.model_transaction_policy.decoupled = True
-        check_response_cache(config, config.model_transaction_policy.decoupled)
+        declared = config.model_transaction_policy.decoupled
+        # as in Triton, the steps decide, whatever the ensemble's own config says
+        config.model_transaction_policy.decoupled = decoupled_flow(config, member_configs)
+        check_response_cache(config, declared or config.model_transaction_policy.decoupled)
         labels = _labels(source, config, members)
     except NereidError as exc:
         result.failures[None] = exc.message
@@ -81,7 +84,7 @@ def load_ensemble(
         if current is not None and current.config == config:
             result.versions[version] = current  # re-checked above against the members as they are now
             continue
-        statistics = ModelStatistics()
+        version_statistics = statistics()
         result.versions[version] = ModelVersion(
             name=name,
             version=version,
@@ -90,8 +93,8 @@ def load_ensemble(
             metadata=model_metadata(config, [version]),
             inputs=tensor_specs(config.input),
             outputs=tensor_specs(config.output, labels),
-            scheduler=EnsembleScheduler(name, steps, members, config, statistics),
-            statistics=statistics,
+            scheduler=EnsembleScheduler(name, steps, members, config, version_statistics),
+            statistics=version_statistics,
             output_names=_production_order(config, steps),
             required_inputs=tuple(i.name for i in config.input if not i.optional),
             ensemble=True,

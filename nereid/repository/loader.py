@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -74,7 +75,8 @@ def load_model(
     try:
         config, config_source = _source_config(source, settings, config_override)
         if members is not None and is_ensemble(config):
-            load_ensemble(source, config, config_source, members, result, serving)
+            statistics = partial(model_statistics, settings, config)
+            load_ensemble(source, config, config_source, members, result, serving, statistics)
             return result
         config, backend, folders = _complete_config(source, config, config_source, settings)
         labels = read_labels(source.path, config)
@@ -206,6 +208,16 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
         optimization.output_pinned_memory.enable = True
 
 
+def model_statistics(settings: ServerSettings, config: mc.ModelConfig) -> ModelStatistics:
+    """A version's statistics, with the latency summaries and histograms that --metrics-config asks for."""
+    return ModelStatistics(
+        summaries=settings.metrics_config.summary_latencies,
+        first_response_buckets=first_response_buckets(config)
+        if settings.metrics_config.histogram_latencies
+        else None,
+    )
+
+
 def first_response_buckets(config: mc.ModelConfig) -> tuple[float, ...]:
     """The buckets of nv_inference_first_response_histogram_ms: the config's `model_metrics` may name
     others, as in Triton."""
@@ -272,12 +284,7 @@ def _load_version(
         for instance in instances:
             instance.close()
         raise
-    statistics = ModelStatistics(
-        summaries=settings.metrics_config.summary_latencies,
-        first_response_buckets=first_response_buckets(config)
-        if settings.metrics_config.histogram_latencies
-        else None,
-    )
+    statistics = model_statistics(settings, config)
     label = f"'{source.name}' version {version}"
     try:
         scheduler = create_scheduler(label, config, instances, statistics, source.path, limiter, claims)

@@ -256,6 +256,9 @@ class EnsembleScheduler:
                     continue  # the final flag alone
                 child_tensors, child_batches = dict(tensors), dict(batches)
                 _store(step, event.response, child_tensors, child_batches)
+                if not waiting:  # nothing after this step: the response goes out now, as the step sent it
+                    flows.respond(self._outputs(request, child_tensors, child_batches), final=False)
+                    continue
                 if slot is not None:
                     await slot.acquire()  # backpressure: the step's next response waits for room
                 flows.spawn(self._flow(child_tensors, child_batches, list(waiting), request, flows, slot))
@@ -448,10 +451,10 @@ class _Flows:
         finally:
             self._live -= 1
 
-    def respond(self, outputs: Outputs) -> None:
-        """From a flow that ends: its response, final when no other flow is left."""
+    def respond(self, outputs: Outputs, final: bool | None = None) -> None:
+        """From a flow that ends: its response, final when no other flow is left (unless `final` says)."""
         if self.error is None:
-            self._stream.put(outputs, self._live == 1)
+            self._stream.put(outputs, self._live == 1 if final is None else final)
 
     def fail(self, error: NereidError) -> None:
         if self.error is None:

@@ -248,6 +248,8 @@ class ThreadInstance:
                     f"returned {type(responses).__name__}"
                 )
             return [{} for _ in requests]
+        if responses is None:  # it may have sent them instead
+            responses = pb_utils.sent_responses(batch)
         problem = check_responses(responses, len(requests))
         if problem:
             raise self._failed(problem)

@@ -64,11 +64,19 @@ def test_requests_and_responses() -> None:
         pb_utils.InferenceRequest(model_name="m", parameters={"f": 1.5})
     with pytest.raises(pb_utils.TritonModelException, match="needs the server"):
         request.exec()
-    with pytest.raises(pb_utils.TritonModelException, match="decoupled"):
-        request.get_response_sender()
 
     out = pb_utils.Tensor("OUT", np.ones(2, np.float32))
     response = pb_utils.InferenceResponse([out], parameters={"k": "v"})
+    # a model that is not decoupled may send its one response instead of returning it
+    assert pb_utils.sent_responses([request]) is None
+    sender = request.get_response_sender()
+    sender.send(response)
+    with pytest.raises(pb_utils.TritonModelException, match="one response per request"):
+        sender.send(response)
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    with pytest.raises(pb_utils.TritonModelException, match="has been closed"):
+        sender.send(response)
+    assert pb_utils.sent_responses([request]) == [response]
     assert pb_utils.get_output_tensor_by_name(response, "OUT") is out
     assert not response.has_error() and json.loads(response.parameters()) == {"k": "v"}
     failed = pb_utils.InferenceResponse(error=pb_utils.TritonError("no", pb_utils.TritonError.NOT_FOUND))

@@ -378,7 +378,7 @@ class InferenceRequest:
     model_version = -1
     preferred_memory = PreferredMemory()
     _stream_id = 0  # a decoupled model's request: where its responses go
-    _sender: InferenceResponseSender | None = None
+    _sender: InferenceResponseSender | _KeptResponse | None = None
     _host: Host | None = None  # set on requests of a model run in the server process
 
     def inputs(self) -> list[Tensor]:
@@ -418,9 +418,11 @@ class InferenceRequest:
             raise not_yet("rescheduling requests (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)")
         self._release_flags = flags
 
-    def get_response_sender(self) -> InferenceResponseSender:
-        if not self._stream_id:
-            raise not_yet("a response sender for a model that is not decoupled")
+    def get_response_sender(self) -> InferenceResponseSender | _KeptResponse:
+        if not self._stream_id:  # a model that is not decoupled: its one response, kept for execute's return
+            if self._sender is None:
+                self._sender = _KeptResponse()
+            return self._sender
         if self._sender is None:
             self._sender = InferenceResponseSender(self._stream_id, self._output_names, self._host)
         return self._sender
@@ -526,6 +528,42 @@ class InferenceResponseSender:
 
     def is_cancelled(self) -> bool:
         return self._host.is_cancelled(self._stream_id)
+
+
+class _KeptResponse:
+    """The response sender of a model that is not decoupled: the one response it may send, with the final
+    flag, from execute; it stands for execute returning it, when execute returns None."""
+
+    def __init__(self) -> None:
+        self.response: InferenceResponse | None = None
+        self._closed = False
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if self._closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(f"send takes an InferenceResponse, not {type(response).__name__}")
+        if response is not None:
+            if self.response is not None:
+                raise TritonModelException("a model that is not decoupled sends one response per request")
+            self.response = response
+        if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self._closed = True
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+def sent_responses(requests: Sequence[InferenceRequest]) -> list[InferenceResponse] | None:
+    """The responses a model that is not decoupled sent through its response senders, one per request,
+    or None unless every request has one (execute then had to return them)."""
+    responses = []
+    for request in requests:
+        sender = request._sender
+        if not isinstance(sender, _KeptResponse) or sender.response is None:
+            return None
+        responses.append(sender.response)
+    return responses
 
 
 def _response_result(response: InferenceResponse, wanted: frozenset[str]) -> tuple[Any, ...]:

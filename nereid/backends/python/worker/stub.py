@@ -250,10 +250,14 @@ class Worker:
             stream,
             traced,
         ) in raw_requests:
-            tensors = [
-                wrap(name, datatype, arena.array(datatype, shape, offset, nbytes))  # type: ignore[union-attr]
-                for name, datatype, shape, offset, nbytes in inputs
-            ]
+            tensors = []
+            for name, datatype, shape, offset, nbytes in inputs:
+                array = arena.array(datatype, shape, offset, nbytes)  # type: ignore[union-attr]
+                if stream:
+                    # A decoupled request outlives execute (a thread may read its inputs later), but the slot's
+                    # arena takes the next execution's inputs once execute returns: keep a copy of its own.
+                    array = array.copy()
+                tensors.append(wrap(name, datatype, array))
             requests.append(
                 pb_utils.InferenceRequest._received(
                     tensors,
@@ -276,6 +280,8 @@ class Worker:
         if self._decoupled:
             self._executed(seq, slot, responses, len(requests))
             return
+        if responses is None:  # it may have sent them instead
+            responses = pb_utils.sent_responses(requests)
         problem = _check_responses(responses, len(requests))
         if problem:
             self._failed(seq, problem)

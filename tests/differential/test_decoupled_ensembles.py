@@ -1,0 +1,132 @@
+"""Ensembles with a decoupled step on the real Triton and on Nereid, both serving the same Python
+models (tests/decoupled_ensembles.py): the decoupled policy derived from the steps, the load refusal of a
+step mixing origins, and each request's stream of responses over gRPC.
+
+Within one response the outputs are compared by name (Triton lists an ensemble's outputs in the order
+of a hash map). Where a decoupled step is followed by another step, whether the final flag rides on the
+last answer or comes alone is a race in Triton too (the step's flags-only final against the last answer
+of the next step), so there the answers are compared in order and the final flag only as the last.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from tests.decoupled_ensembles import MIXED_ORIGINS, decoupled_ensemble_repository
+from tests.differential.conftest import Servers, server_pair
+
+pytestmark = pytest.mark.differential
+
+# (outputs by name, final flag) for an answer; the error message for an error
+Response = tuple[dict[str, list[int]], bool] | str
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("decoupled_ensembles_differential")
+
+
+@pytest.fixture(scope="module")
+def servers(base: Path) -> Iterator[Servers]:
+    repository = decoupled_ensemble_repository(base / "repository")
+    flags = ("--exit-on-error=false", "--strict-readiness=false")
+    with server_pair(base, *flags, repository=repository, grpc=True) as pair:
+        yield pair
+
+
+def _request(
+    model: str, values: list[int], delay_ms: int, outputs: tuple[str, ...] = ()
+) -> pb.ModelInferRequest:
+    message = pb.ModelInferRequest(model_name=model, id=f"{model}{values}{outputs}")
+    tensor = message.inputs.add(name="IN", datatype="INT32", shape=[len(values)])
+    tensor.contents.int_contents.extend(values)
+    delay = message.inputs.add(name="DELAY_MS", datatype="INT32", shape=[1])
+    delay.contents.int_contents.append(delay_ms)
+    for name in outputs:
+        message.outputs.add(name=name)
+    message.parameters["triton_enable_empty_final_response"].bool_param = True
+    return message
+
+
+def _responses(target: str, request: pb.ModelInferRequest) -> list[Response]:
+    """One request's responses on its own stream (Triton 2.51 must not write two responses at once)."""
+    got: list[Response] = []
+    with grpc.insecure_channel(target) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for message in stub.ModelStreamInfer(iter([request]), timeout=60):
+            if message.error_message:
+                got.append(message.error_message)
+                continue
+            response = message.infer_response
+            assert response.id == request.id
+            result = grpcclient.InferResult(response)
+            outputs = {o.name: result.as_numpy(o.name).tolist() for o in response.outputs}
+            got.append((outputs, response.parameters["triton_final_response"].bool_param))
+    return got
+
+
+def _answers(responses: list[Response]) -> list[Any]:
+    return [r[0] if isinstance(r, tuple) else r for r in responses if not isinstance(r, tuple) or r[0]]
+
+
+def test_same_decoupled_policy(servers: Servers) -> None:
+    for model in ("repeat_tail", "repeat_scale", "declared_decoupled"):
+        policies = []
+        for target in (servers.triton_grpc, servers.nereid_grpc):
+            client = grpcclient.InferenceServerClient(target)
+            policies.append(
+                client.get_model_config(model, as_json=True)["config"].get("model_transaction_policy")
+            )
+            client.close()
+        assert policies[0] == policies[1], model
+
+
+def test_same_refusal_of_mixed_origins(servers: Servers, base: Path) -> None:
+    """Triton refuses the ensemble while it builds the dependency graph, before the ensemble has a state
+    of its own in the index, so its reason is read from its log; Nereid reports it in the index."""
+    triton_log = (base / "triton.log").read_text()
+    assert f"Invalid argument: {MIXED_ORIGINS}" in triton_log
+    client = grpcclient.InferenceServerClient(servers.nereid_grpc)
+    index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+    client.close()
+    assert index["mixed_origins"]["reason"] == MIXED_ORIGINS
+
+
+TAIL_CASES = {
+    "three": _request("repeat_tail", [3, 4, 5], 20),
+    "none": _request("repeat_tail", [], 0),
+    "error between": _request("repeat_tail", [1, -2, 3], 100),
+}
+MIDDLE_CASES = {
+    "three": _request("repeat_scale", [1, 2, 3], 100),
+    "one output, one step": _request("repeat_scale", [1, 2], 50, ("IDX",)),
+    "error of the decoupled step": _request("repeat_scale", [1, -2, 3], 300),
+    "error of the next step": _request("repeat_scale", [5000], 0),
+}
+
+
+@pytest.mark.parametrize("name", list(TAIL_CASES))
+def test_same_stream_from_a_decoupled_last_step(servers: Servers, name: str) -> None:
+    request = TAIL_CASES[name]
+    triton = _responses(servers.triton_grpc, request)
+    assert _responses(servers.nereid_grpc, request) == triton
+
+
+@pytest.mark.parametrize("name", list(MIDDLE_CASES))
+def test_same_stream_through_a_step_after_the_decoupled_one(servers: Servers, name: str) -> None:
+    request = MIDDLE_CASES[name]
+    triton = _responses(servers.triton_grpc, request)
+    nereid = _responses(servers.nereid_grpc, request)
+    assert _answers(nereid) == _answers(triton), json.dumps([triton, nereid])
+    for responses in (triton, nereid):
+        finals = [r[1] for r in responses if isinstance(r, tuple)]
+        assert isinstance(responses[-1], str) or finals == [False] * (len(finals) - 1) + [True]
