@@ -167,13 +167,11 @@ def test_a_failing_step_after_the_decoupled_one_fails_the_request(
     # the final flag rides on the answer, or comes alone when the step's final flag came last
     assert _answers(got) == [{"IDX": [0], "OUT": [70]}] and got[-1][1] is True  # type: ignore[index]
     after = _statistics(client, "repeat_scale")
-    # the failed request counts; a composing request's failure may count too (reason OTHER, as for unary
-    # ensembles in tests/e2e/test_ensembles.py), depending on whether the step's error came as a response
     failed = int(after["inference_stats"]["fail"].get("count", 0)) - int(
         before["inference_stats"]["fail"].get("count", 0)
     )
-    assert failed in (1, 2)
-    assert int(after.get("inference_count", 0)) == int(before.get("inference_count", 0)) + 1
+    assert failed == 1
+    assert int(after.get("inference_count", 0)) > int(before.get("inference_count", 0))
 
 
 def test_unary_inference_is_refused(client: grpcclient.InferenceServerClient) -> None:
