@@ -114,7 +114,9 @@ def decide(queue: Sequence[Pending], now: float, policy: BatchPolicy, instance_f
     if stopped:
         return Decision(tuple(batch), reject, reason=stopped)
     if size >= largest_preferred:  # cannot grow into a preferred size any more
-        return Decision(tuple(batch), reject, reason=f"reached the largest preferred batch size {largest_preferred}")
+        return Decision(
+            tuple(batch), reject, reason=f"reached the largest preferred batch size {largest_preferred}"
+        )
     if exceeded or delay == 0:
         waited = (
             "max_queue_delay_microseconds is 0"

@@ -32,6 +32,7 @@ from nereid.backends.base import (
     batch_elements,
 )
 from nereid.errors import InvalidArgument, Unavailable
+from nereid.scheduling.base import BACKLOG_DELAY_SCHEDULER_ENV, DELAY_SCHEDULER_ENV, delay_count
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
 from nereid.scheduling.instances import InstancePool, resolve
 from nereid.scheduling.rate_limiter import Claim, RateLimiter
@@ -126,9 +127,26 @@ class SequenceBatcher:
         self._sequences: dict[int | str, _Sequence] = {}  # started and not yet ended
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        # Triton's testing hooks: no batch runs until this many requests wait in the slots of all instances
+        # together and, with a backlog count as well, that many wait in the backlog.
+        self._held_until = delay_count(DELAY_SCHEDULER_ENV)
+        self._backlog_held_until = delay_count(BACKLOG_DELAY_SCHEDULER_ENV) if self._held_until else 0
+        if self._held_until:
+            log.info(
+                "Delaying scheduler for %s until %d queued requests (%d in the backlog)...",
+                model_label,
+                self._held_until,
+                self._backlog_held_until,
+            )
 
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         """The request's outputs, once the requests of its sequence before it have run."""
+        if self._batch_dimension and batch_elements(request) > 1:
+            # Triton's sequence batcher does not take requests that are batched already.
+            raise InvalidArgument(
+                f"inference request to model '{self._model}' must specify batch-size 1 due to requirements "
+                "of sequence batcher"
+            )
         correlation_id = request.correlation_id
         if correlation_id == 0 or correlation_id == "":
             raise InvalidArgument(
@@ -175,6 +193,8 @@ class SequenceBatcher:
                 # once) join one batch: the dispatch runs after them, not for each.
                 batcher.scheduled = True
                 loop.call_soon(self._scheduled_dispatch, batcher)
+        if self._held_until:
+            self._release_hold()
         self._arm_idle()
         # A cancelled caller's request still runs when its turn comes, so the sequence's state stays whole.
         return await future
@@ -239,9 +259,19 @@ class SequenceBatcher:
         batcher.scheduled = False
         self._dispatch(batcher)
 
+    def _release_hold(self) -> None:
+        """Lift the testing hooks' hold for good once enough requests wait, and run what waits."""
+        seated = sum(len(s.jobs) for b in self._batchers for s in b.slots if s is not None)
+        backlogged = sum(len(s.jobs) for s in self._table.backlog())
+        if seated < self._held_until or backlogged < self._backlog_held_until:
+            return
+        self._held_until = self._backlog_held_until = 0
+        assert self._loop is not None
+        self._loop.call_soon(self._dispatch_all)
+
     def _dispatch(self, batcher: _Batcher) -> None:
         pool = self.pool
-        if pool.closed or not pool.can_take(batcher.index):
+        if self._held_until or pool.closed or not pool.can_take(batcher.index):
             return
         if batcher.timer is not None:
             batcher.timer.cancel()
@@ -268,11 +298,7 @@ class SequenceBatcher:
     def _choose(self, batcher: _Batcher, ready: list[_Sequence], now: float) -> list[_Sequence]:
         """The sequences whose oldest request runs now; arms the batcher's timer when it should wait."""
         if self._oldest is None:
-            # Sequences with a request running cannot join this batch, so it does not wait for them.
-            running = sum(1 for s in batcher.slots if s is not None and s.running)
-            wake = decide_direct(
-                [s.jobs[0].arrival for s in ready], batcher.seated - running, now, self._direct
-            )
+            wake = decide_direct([s.jobs[0].arrival for s in ready], now, self._direct)
             if wake is None:
                 ready.sort(key=_slot_index)  # a batch row per slot, in slot order as in Triton
                 return ready

@@ -348,3 +348,60 @@ def test_a_worker_takes_the_next_batch_while_it_runs_one_leaving_out_running_seq
         asyncio.run(run())
     finally:
         scheduler.stop()
+
+
+def test_requests_batched_already_are_refused() -> None:
+    scheduler = SequenceBatcher("'m' version 1", _config(4, "direct { }"), [Instance()])
+    batched = BackendRequest(
+        {"INPUT": np.array([[1], [2]], dtype=np.int32)}, ("OUTPUT",), correlation_id=1, flags=SEQUENCE_START
+    )
+
+    async def run() -> None:
+        with pytest.raises(InvalidArgument) as refused:
+            await scheduler.execute(batched)
+        assert refused.value.message == (
+            "inference request to model 'm' must specify batch-size 1 due to requirements of sequence batcher"
+        )
+        assert scheduler.active_sequences() == 0  # the refused START began no sequence
+        assert await _value(scheduler, _request(1, 5, SEQUENCE_START | SEQUENCE_END)) == 5
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+
+
+def test_delay_hooks_hold_every_slot_until_enough_requests_wait_in_slots_and_backlog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TRITONSERVER_DELAY_SCHEDULER=3 with TRITONSERVER_BACKLOG_DELAY_SCHEDULER=1: nothing runs until three
+    requests wait in slots and one in the backlog; then the batches run as they would have."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+    monkeypatch.setenv("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", "1")
+    instance = Instance()
+    scheduler = SequenceBatcher("m", _config(2, "direct { }"), [instance])  # two slots
+
+    async def settle() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    async def run() -> None:
+        tasks = [
+            asyncio.create_task(_value(scheduler, _request(1, 1, SEQUENCE_START))),
+            asyncio.create_task(_value(scheduler, _request(2, 2, SEQUENCE_START))),
+            asyncio.create_task(_value(scheduler, _request(1, 3, SEQUENCE_END))),
+        ]
+        await settle()
+        assert instance.calls == [] and scheduler.pending() == 3  # three seated, none in the backlog
+        tasks.append(asyncio.create_task(_value(scheduler, _request(3, 4, SEQUENCE_START | SEQUENCE_END))))
+        await settle()  # the backlog holds one: the hold lifts
+        assert await asyncio.gather(*tasks) == [1, 2, 3, 4]
+        # the hold is gone for good: a new sequence runs at once
+        assert await _value(scheduler, _request(4, 9, SEQUENCE_START | SEQUENCE_END)) == 9
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+    assert instance.seen()[0] == [1, 2]  # the first batch had both seated sequences
+    assert [c for call in instance.seen() for c in call] == [1, 2, 1, 3, 4]
