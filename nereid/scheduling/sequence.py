@@ -283,6 +283,13 @@ class SequenceBatcher:
         chosen = self._choose(batcher, ready, now)
         if not chosen:
             return
+        if self._oldest is None and self._batch_dimension:
+            # Triton fills a direct batch with null requests up to the highest slot that runs, and
+            # counts them in the batch size of its statistics (not as inferences). The instance here
+            # gets only the real requests; the statistics report the batch as Triton's.
+            batch_size = max(_slot_index(s) for s in chosen) + 1
+        else:
+            batch_size = 0  # the elements of the requests, counted when they finish
         jobs: list[tuple[_Job, _Sequence]] = []
         requests: list[BackendRequest] = []
         for sequence in chosen:
@@ -293,7 +300,7 @@ class SequenceBatcher:
             del batcher.waiting[sequence]
             if job.request.flags & SEQUENCE_END:
                 self._release(sequence)  # its slot can take a backlogged sequence now
-        pool.submit(batcher.index, requests, partial(self._finished, batcher, jobs))
+        pool.submit(batcher.index, requests, partial(self._finished, batcher, jobs, batch_size))
 
     def _choose(self, batcher: _Batcher, ready: list[_Sequence], now: float) -> list[_Sequence]:
         """The sequences whose oldest request runs now; arms the batcher's timer when it should wait."""
@@ -322,6 +329,7 @@ class SequenceBatcher:
         self,
         batcher: _Batcher,
         jobs: list[tuple[_Job, _Sequence]],
+        batch_size: int,
         results: list[BackendResult],
         started_ns: int,
         ended_ns: int,
@@ -341,11 +349,11 @@ class SequenceBatcher:
                 self._batchers[sequence.slot.instance].waiting[sequence] = None
             resolve(job.future, result)
         if self._statistics is not None:
+            inferences = (
+                sum(batch_elements(j.request) for j, _ in jobs) if self._batch_dimension else len(jobs)
+            )
             self._statistics.record_execution(
-                sum(batch_elements(j.request) for j, _ in jobs) if self._batch_dimension else len(jobs),
-                0,
-                elapsed_ns,
-                0,
+                batch_size or inferences, 0, elapsed_ns, 0, inferences=inferences
             )
         self._dispatch(batcher)
 

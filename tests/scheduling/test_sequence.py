@@ -405,3 +405,28 @@ def test_delay_hooks_hold_every_slot_until_enough_requests_wait_in_slots_and_bac
         scheduler.stop()
     assert instance.seen()[0] == [1, 2]  # the first batch had both seated sequences
     assert [c for call in instance.seen() for c in call] == [1, 2, 1, 3, 4]
+
+
+def test_direct_statistics_count_the_null_rows_triton_fills_below_the_highest_slot() -> None:
+    """Triton runs a direct batch from slot 0 to the highest ready slot, null requests in the gaps: its
+    statistics count those rows in the batch size, not as inferences."""
+    instance = Instance()
+    statistics = ModelStatistics()
+    scheduler = SequenceBatcher("m", _config(4, "direct { }"), [instance], statistics=statistics)
+
+    async def run() -> None:
+        for sequence in (1, 2, 3):  # one after the other: slots 0, 1 and 2, each runs alone
+            assert await _value(scheduler, _request(sequence, sequence, SEQUENCE_START)) == sequence
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+    assert instance.seen() == [[1], [2], [3]]  # the instance gets the real requests only
+    stats = statistics.to_json("m", "1")
+    assert (stats["execution_count"], stats["inference_count"]) == (3, 3)
+    assert [(b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]] == [
+        (1, 1),
+        (2, 1),
+        (3, 1),
+    ]
