@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ class _Job:
 class _Sequence:
     """One correlation id's requests waiting to run, its implicit state, and the slot it holds."""
 
-    __slots__ = ("correlation_id", "jobs", "last_active", "running", "slot", "state")
+    __slots__ = ("correlation_id", "expires_at", "jobs", "last_active", "running", "slot", "state")
 
     def __init__(self, correlation_id: int | str, now: float) -> None:
         self.correlation_id = correlation_id
@@ -64,6 +65,7 @@ class _Sequence:
         self.slot: SlotId | None = None  # None while in the backlog
         self.running = False  # a request of it is executing
         self.last_active = now
+        self.expires_at = math.inf  # while in the backlog: when its requests' earliest timeout passes
 
 
 class _Batcher:
@@ -127,6 +129,8 @@ class SequenceBatcher:
         self._sequences: dict[int | str, _Sequence] = {}  # started and not yet ended
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._backlog_timer: asyncio.TimerHandle | None = None
+        self._backlog_timer_at = math.inf
         # Triton's testing hooks: no batch runs until this many requests wait in the slots of all instances
         # together and, with a backlog count as well, that many wait in the backlog.
         self._held_until = delay_count(DELAY_SCHEDULER_ENV)
@@ -193,6 +197,11 @@ class SequenceBatcher:
                 # once) join one batch: the dispatch runs after them, not for each.
                 batcher.scheduled = True
                 loop.call_soon(self._scheduled_dispatch, batcher)
+        elif request.timeout_us:
+            # Triton applies request timeouts only to sequences in the backlog: once the earliest passes,
+            # every request of the sequence is refused and the sequence is forgotten.
+            sequence.expires_at = min(sequence.expires_at, now + request.timeout_us / 1e6)
+            self._arm_backlog_expiry(sequence.expires_at)
         if self._held_until:
             self._release_hold()
         self._arm_idle()
@@ -356,6 +365,33 @@ class SequenceBatcher:
                 batch_size or inferences, 0, elapsed_ns, 0, inferences=inferences
             )
         self._dispatch(batcher)
+
+    # backlog timeouts
+    def _arm_backlog_expiry(self, at: float) -> None:
+        if at >= self._backlog_timer_at or self._loop is None:
+            return
+        if self._backlog_timer is not None:
+            self._backlog_timer.cancel()
+        self._backlog_timer_at = at
+        self._backlog_timer = self._loop.call_later(max(0.0, at - time.monotonic()), self._expire_backlog)
+
+    def _expire_backlog(self) -> None:
+        self._backlog_timer, self._backlog_timer_at = None, math.inf
+        if self.pool.closed:
+            return
+        now = time.monotonic()
+        for sequence in self._table.backlog():
+            if sequence.expires_at > now:
+                self._arm_backlog_expiry(sequence.expires_at)
+                continue
+            self._table.withdraw(sequence)
+            if self._sequences.get(sequence.correlation_id) is sequence:
+                del self._sequences[sequence.correlation_id]  # a later request must START again
+            while sequence.jobs:
+                resolve(
+                    sequence.jobs.popleft().future,
+                    Unavailable("timeout of the corresponding sequence has been expired"),
+                )
 
     # idle sequences
     def _arm_idle(self) -> None:

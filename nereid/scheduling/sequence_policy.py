@@ -57,6 +57,10 @@ class SlotTable(Generic[Key]):
         heapq.heappush(self._free, slot)
         return None
 
+    def withdraw(self, key: Key) -> None:
+        """Take a sequence out of the backlog (its requests timed out there)."""
+        self._backlog.remove(key)
+
     def holder(self, slot: SlotId) -> Key | None:
         return self._holders.get(slot)
 

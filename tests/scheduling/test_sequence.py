@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest, BackendResult
-from nereid.errors import InvalidArgument
+from nereid.errors import InvalidArgument, Unavailable
 from nereid.scheduling import SequenceBatcher, create_scheduler
 from nereid.statistics import ModelStatistics
 
@@ -430,3 +430,35 @@ def test_direct_statistics_count_the_null_rows_triton_fills_below_the_highest_sl
         (2, 1),
         (3, 1),
     ]
+
+
+def test_a_backlogged_sequence_is_refused_once_its_earliest_request_timeout_passes() -> None:
+    """Triton's rule: request timeouts apply to sequences in the backlog only. Once one passes, every
+    request of that sequence is refused and the sequence is forgotten (a later request must START)."""
+    instance = Instance()
+    scheduler = SequenceBatcher("m", _config(1, "direct { }"), [instance])  # one slot
+
+    def timed(sequence: int, value: int, flags: int, timeout_us: int) -> BackendRequest:
+        request = _request(sequence, value, flags)
+        request.timeout_us = timeout_us
+        return request
+
+    async def run() -> None:
+        assert await _value(scheduler, timed(1, 1, SEQUENCE_START, 1)) == 1  # seated: no timeout applies
+        backlogged = [
+            asyncio.create_task(_value(scheduler, timed(2, 2, SEQUENCE_START, 0))),  # no timeout of its own
+            asyncio.create_task(_value(scheduler, timed(2, 3, 0, 20_000))),  # 20 ms: the sequence's expiry
+        ]
+        for task in backlogged:
+            with pytest.raises(Unavailable, match="timeout of the corresponding sequence has been expired"):
+                await task
+        assert scheduler.active_sequences() == 1  # only sequence 1, still seated
+        with pytest.raises(InvalidArgument, match="must specify the START flag"):
+            await scheduler.execute(_request(2, 4, SEQUENCE_END))
+        assert await _value(scheduler, timed(1, 5, SEQUENCE_END, 1)) == 5
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+    assert instance.seen() == [[1], [1]]
