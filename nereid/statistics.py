@@ -168,11 +168,15 @@ class ModelStatistics:
         if self.summaries is not None:
             self.summaries.observe(request_ns, queue_ns, input_ns, infer_ns, output_ns)
 
-    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """One execution of a batch of `batch_size` elements, however many requests it held."""
+    def record_execution(
+        self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int, inferences: int | None = None
+    ) -> None:
+        """One execution of a batch of `batch_size` elements, however many requests it held.
+        `inferences`: the elements that were real requests, where fewer (a direct sequence batch that
+        Triton fills with null requests); by default all of them."""
         with self._lock:
             self.execution_count += 1
-            self.inference_count += batch_size
+            self.inference_count += batch_size if inferences is None else inferences
             batch = self._batches.get(batch_size)
             if batch is None:
                 batch = self._batches[batch_size] = _BatchStats()

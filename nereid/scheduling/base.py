@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 from nereid.backends.base import BackendRequest, Outputs
@@ -28,3 +29,18 @@ class Scheduler(Protocol):
     def stop(self) -> None:
         """Answer or fail what is queued, then release the instances."""
         ...
+
+
+# Triton's testing hooks: a batcher starts deciding only once this many requests are queued (a latch:
+# once reached, it never holds again). The backlog count adds a condition for the sequence batcher:
+# that many requests also wait in its backlog.
+DELAY_SCHEDULER_ENV = "TRITONSERVER_DELAY_SCHEDULER"
+BACKLOG_DELAY_SCHEDULER_ENV = "TRITONSERVER_BACKLOG_DELAY_SCHEDULER"
+
+
+def delay_count(variable: str) -> int:
+    """A hook's count; unset, not a number or negative: 0 (no delay)."""
+    try:
+        return max(0, int(os.environ.get(variable, "0")))
+    except ValueError:
+        return 0

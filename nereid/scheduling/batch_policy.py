@@ -2,10 +2,13 @@
 
 The rules follow Triton's dynamic batcher: requests join in queue order (priority level first, then
 arrival) while they fit in `max_batch_size` and have the same shape as the first one (a shape that
-leaves out the inputs allowing ragged batches). A batch goes at once when it reaches `max_batch_size`
-or a preferred size (the largest it can form); otherwise it waits for more requests until the oldest has waited
-`max_queue_delay` (0: no wait). Requests past their queue timeout are rejected or, with DELAY, go
-behind the others of their priority level (each level keeps its delayed requests after its own queue,
+leaves out the inputs allowing ragged batches). No preferred size configured means `max_batch_size`
+is the preferred size. Before the oldest has waited `max_queue_delay`, a batch goes at once when it
+reaches a preferred size (the largest it can form) or when the queue holds more than the largest
+preferred size (then what fits under it goes); a batch that is itself at or above the largest
+preferred size, or that cannot grow (the next request would pass `max_batch_size` or has another
+shape), goes at once too. Once the delay has passed (or with no delay), everything that fits goes.
+Requests past their queue timeout are rejected or, with DELAY, go behind the others of their priority level (each level keeps its delayed requests after its own queue,
 ahead of the next level, as in Triton).
 """
 
@@ -69,38 +72,58 @@ def decide(queue: Sequence[Pending], now: float, policy: BatchPolicy, instance_f
     candidates = [i for i in order(queue, now) if i not in rejected]
     if not candidates or not instance_free:
         return Decision((), reject, _next_deadline(queue, now, rejected))
+    # Triton's rule: no preferred size configured means max_batch_size is the one preferred size.
+    preferred = set(policy.preferred_batch_sizes) or {policy.max_batch_size}
+    largest_preferred = max(preferred)
     batch: list[int] = []
     size = 0
     first_shape = queue[candidates[0]].shape
-    sizes_reached: list[tuple[int, int]] = []  # (batch size, requests taken) at each step
+    best = 0  # requests in the batch to send at once, unless the delay is already exceeded; 0: none
+    best_reason = ""
     stopped = ""  # why the next request cannot join: the batch cannot grow
     for i in candidates:
         request = queue[i]
-        if size + request.batch_size > policy.max_batch_size and batch:
-            stopped = f"the next request would exceed max_batch_size {policy.max_batch_size}"
-            break
-        if batch and request.shape != first_shape:
-            stopped = "the next request's input shapes differ (shape mismatch)"
-            break
+        if batch:
+            grown = size + request.batch_size
+            if grown > largest_preferred and not best:
+                # The queue holds more than the largest preferred size: what fits under it goes now.
+                best = len(batch)
+                best_reason = (
+                    f"the next request would exceed max_batch_size {policy.max_batch_size}"
+                    if grown > policy.max_batch_size
+                    else f"the next request would exceed the largest preferred batch size {largest_preferred}"
+                )
+            if grown > policy.max_batch_size:
+                stopped = f"the next request would exceed max_batch_size {policy.max_batch_size}"
+                break
+            if request.shape != first_shape:
+                stopped = "the next request's input shapes differ (shape mismatch)"
+                break
         batch.append(i)
         size += request.batch_size
-        sizes_reached.append((size, len(batch)))
-        if size >= policy.max_batch_size:
-            return Decision(tuple(batch), reject, reason=f"reached max_batch_size {policy.max_batch_size}")
-    preferred = [
-        (reached, count) for reached, count in sizes_reached if reached in policy.preferred_batch_sizes
-    ]
-    if preferred:  # the largest preferred size it can form goes at once
-        reached, count = preferred[-1]
-        return Decision(tuple(batch[:count]), reject, reason=f"reached preferred batch size {reached}")
-    due = min(queue[i].arrival for i in batch) + policy.max_queue_delay_s
+        if size in preferred:
+            best = len(batch)
+            best_reason = (
+                f"reached max_batch_size {size}"
+                if size == policy.max_batch_size
+                else f"reached preferred batch size {size}"
+            )
+    delay = policy.max_queue_delay_s
+    due = min(queue[i].arrival for i in batch) + delay
+    exceeded = delay > 0 and now >= due
+    if best and not exceeded:
+        return Decision(tuple(batch[:best]), reject, reason=best_reason)
     if stopped:
         return Decision(tuple(batch), reject, reason=stopped)
-    if now >= due:
+    if size >= largest_preferred:  # cannot grow into a preferred size any more
+        return Decision(
+            tuple(batch), reject, reason=f"reached the largest preferred batch size {largest_preferred}"
+        )
+    if exceeded or delay == 0:
         waited = (
             "max_queue_delay_microseconds is 0"
-            if policy.max_queue_delay_s == 0
-            else ("the oldest request waited max_queue_delay_microseconds")
+            if delay == 0
+            else "the oldest request waited max_queue_delay_microseconds"
         )
         return Decision(tuple(batch), reject, reason=f"{waited} ({len(queue) - len(rejected)} queued)")
     deadline = _next_deadline(queue, now, rejected)

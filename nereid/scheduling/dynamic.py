@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from nereid.backends.base import (
     batch_elements,
 )
 from nereid.errors import QueueFull, QueueTimeout, Unavailable, request_prefix
+from nereid.scheduling.base import DELAY_SCHEDULER_ENV, delay_count
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
 from nereid.scheduling.instances import InstancePool, resolve
 from nereid.scheduling.rate_limiter import Claim, RateLimiter
@@ -36,17 +36,6 @@ from nereid.statistics import ModelStatistics, RequestTiming
 
 Clock = Callable[[], float]
 log = logging.getLogger(__name__)
-
-# Triton's testing hook: the batcher starts deciding only once this many requests are queued (once).
-DELAY_SCHEDULER_ENV = "TRITONSERVER_DELAY_SCHEDULER"
-
-
-def _delay_count() -> int:
-    """TRITONSERVER_DELAY_SCHEDULER's count; unset or not a number: 0 (no delay)."""
-    try:
-        return int(os.environ.get(DELAY_SCHEDULER_ENV, "0"))
-    except ValueError:
-        return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +151,9 @@ class DynamicBatcher:
         self._dispatched = 0
         self._released = 0  # batches whose results went out, under preserve_ordering
         self._finished_early: dict[int, _Batch] = {}
-        self._held_until = max(0, _delay_count())  # queued requests before the first decision; 0: none
+        self._held_until = delay_count(
+            DELAY_SCHEDULER_ENV
+        )  # queued requests before the first decision; 0: none
         if self._held_until:
             log.info(
                 "Delaying batcher thread for %s until %d queued requests...", model_label, self._held_until

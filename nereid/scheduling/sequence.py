@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from nereid.backends.base import (
     batch_elements,
 )
 from nereid.errors import InvalidArgument, Unavailable
+from nereid.scheduling.base import BACKLOG_DELAY_SCHEDULER_ENV, DELAY_SCHEDULER_ENV, delay_count
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
 from nereid.scheduling.instances import InstancePool, resolve
 from nereid.scheduling.rate_limiter import Claim, RateLimiter
@@ -54,7 +56,7 @@ class _Job:
 class _Sequence:
     """One correlation id's requests waiting to run, its implicit state, and the slot it holds."""
 
-    __slots__ = ("correlation_id", "jobs", "last_active", "running", "slot", "state")
+    __slots__ = ("correlation_id", "expires_at", "jobs", "last_active", "running", "slot", "state")
 
     def __init__(self, correlation_id: int | str, now: float) -> None:
         self.correlation_id = correlation_id
@@ -63,6 +65,7 @@ class _Sequence:
         self.slot: SlotId | None = None  # None while in the backlog
         self.running = False  # a request of it is executing
         self.last_active = now
+        self.expires_at = math.inf  # while in the backlog: when its requests' earliest timeout passes
 
 
 class _Batcher:
@@ -126,9 +129,28 @@ class SequenceBatcher:
         self._sequences: dict[int | str, _Sequence] = {}  # started and not yet ended
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._backlog_timer: asyncio.TimerHandle | None = None
+        self._backlog_timer_at = math.inf
+        # Triton's testing hooks: no batch runs until this many requests wait in the slots of all instances
+        # together and, with a backlog count as well, that many wait in the backlog.
+        self._held_until = delay_count(DELAY_SCHEDULER_ENV)
+        self._backlog_held_until = delay_count(BACKLOG_DELAY_SCHEDULER_ENV) if self._held_until else 0
+        if self._held_until:
+            log.info(
+                "Delaying scheduler for %s until %d queued requests (%d in the backlog)...",
+                model_label,
+                self._held_until,
+                self._backlog_held_until,
+            )
 
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         """The request's outputs, once the requests of its sequence before it have run."""
+        if self._batch_dimension and batch_elements(request) > 1:
+            # Triton's sequence batcher does not take requests that are batched already.
+            raise InvalidArgument(
+                f"inference request to model '{self._model}' must specify batch-size 1 due to requirements "
+                "of sequence batcher"
+            )
         correlation_id = request.correlation_id
         if correlation_id == 0 or correlation_id == "":
             raise InvalidArgument(
@@ -175,6 +197,13 @@ class SequenceBatcher:
                 # once) join one batch: the dispatch runs after them, not for each.
                 batcher.scheduled = True
                 loop.call_soon(self._scheduled_dispatch, batcher)
+        elif request.timeout_us:
+            # Triton applies request timeouts only to sequences in the backlog: once the earliest passes,
+            # every request of the sequence is refused and the sequence is forgotten.
+            sequence.expires_at = min(sequence.expires_at, now + request.timeout_us / 1e6)
+            self._arm_backlog_expiry(sequence.expires_at)
+        if self._held_until:
+            self._release_hold()
         self._arm_idle()
         # A cancelled caller's request still runs when its turn comes, so the sequence's state stays whole.
         return await future
@@ -239,9 +268,19 @@ class SequenceBatcher:
         batcher.scheduled = False
         self._dispatch(batcher)
 
+    def _release_hold(self) -> None:
+        """Lift the testing hooks' hold for good once enough requests wait, and run what waits."""
+        seated = sum(len(s.jobs) for b in self._batchers for s in b.slots if s is not None)
+        backlogged = sum(len(s.jobs) for s in self._table.backlog())
+        if seated < self._held_until or backlogged < self._backlog_held_until:
+            return
+        self._held_until = self._backlog_held_until = 0
+        assert self._loop is not None
+        self._loop.call_soon(self._dispatch_all)
+
     def _dispatch(self, batcher: _Batcher) -> None:
         pool = self.pool
-        if pool.closed or not pool.can_take(batcher.index):
+        if self._held_until or pool.closed or not pool.can_take(batcher.index):
             return
         if batcher.timer is not None:
             batcher.timer.cancel()
@@ -253,6 +292,13 @@ class SequenceBatcher:
         chosen = self._choose(batcher, ready, now)
         if not chosen:
             return
+        if self._oldest is None and self._batch_dimension:
+            # Triton fills a direct batch with null requests up to the highest slot that runs, and
+            # counts them in the batch size of its statistics (not as inferences). The instance here
+            # gets only the real requests; the statistics report the batch as Triton's.
+            batch_size = max(_slot_index(s) for s in chosen) + 1
+        else:
+            batch_size = 0  # the elements of the requests, counted when they finish
         jobs: list[tuple[_Job, _Sequence]] = []
         requests: list[BackendRequest] = []
         for sequence in chosen:
@@ -263,16 +309,12 @@ class SequenceBatcher:
             del batcher.waiting[sequence]
             if job.request.flags & SEQUENCE_END:
                 self._release(sequence)  # its slot can take a backlogged sequence now
-        pool.submit(batcher.index, requests, partial(self._finished, batcher, jobs))
+        pool.submit(batcher.index, requests, partial(self._finished, batcher, jobs, batch_size))
 
     def _choose(self, batcher: _Batcher, ready: list[_Sequence], now: float) -> list[_Sequence]:
         """The sequences whose oldest request runs now; arms the batcher's timer when it should wait."""
         if self._oldest is None:
-            # Sequences with a request running cannot join this batch, so it does not wait for them.
-            running = sum(1 for s in batcher.slots if s is not None and s.running)
-            wake = decide_direct(
-                [s.jobs[0].arrival for s in ready], batcher.seated - running, now, self._direct
-            )
+            wake = decide_direct([s.jobs[0].arrival for s in ready], now, self._direct)
             if wake is None:
                 ready.sort(key=_slot_index)  # a batch row per slot, in slot order as in Triton
                 return ready
@@ -296,6 +338,7 @@ class SequenceBatcher:
         self,
         batcher: _Batcher,
         jobs: list[tuple[_Job, _Sequence]],
+        batch_size: int,
         results: list[BackendResult],
         started_ns: int,
         ended_ns: int,
@@ -315,13 +358,40 @@ class SequenceBatcher:
                 self._batchers[sequence.slot.instance].waiting[sequence] = None
             resolve(job.future, result)
         if self._statistics is not None:
+            inferences = (
+                sum(batch_elements(j.request) for j, _ in jobs) if self._batch_dimension else len(jobs)
+            )
             self._statistics.record_execution(
-                sum(batch_elements(j.request) for j, _ in jobs) if self._batch_dimension else len(jobs),
-                0,
-                elapsed_ns,
-                0,
+                batch_size or inferences, 0, elapsed_ns, 0, inferences=inferences
             )
         self._dispatch(batcher)
+
+    # backlog timeouts
+    def _arm_backlog_expiry(self, at: float) -> None:
+        if at >= self._backlog_timer_at or self._loop is None:
+            return
+        if self._backlog_timer is not None:
+            self._backlog_timer.cancel()
+        self._backlog_timer_at = at
+        self._backlog_timer = self._loop.call_later(max(0.0, at - time.monotonic()), self._expire_backlog)
+
+    def _expire_backlog(self) -> None:
+        self._backlog_timer, self._backlog_timer_at = None, math.inf
+        if self.pool.closed:
+            return
+        now = time.monotonic()
+        for sequence in self._table.backlog():
+            if sequence.expires_at > now:
+                self._arm_backlog_expiry(sequence.expires_at)
+                continue
+            self._table.withdraw(sequence)
+            if self._sequences.get(sequence.correlation_id) is sequence:
+                del self._sequences[sequence.correlation_id]  # a later request must START again
+            while sequence.jobs:
+                resolve(
+                    sequence.jobs.popleft().future,
+                    Unavailable("timeout of the corresponding sequence has been expired"),
+                )
 
     # idle sequences
     def _arm_idle(self) -> None:

@@ -57,6 +57,10 @@ class SlotTable(Generic[Key]):
         heapq.heappush(self._free, slot)
         return None
 
+    def withdraw(self, key: Key) -> None:
+        """Take a sequence out of the backlog (its requests timed out there)."""
+        self._backlog.remove(key)
+
     def holder(self, slot: SlotId) -> Key | None:
         return self._holders.get(slot)
 
@@ -74,22 +78,16 @@ class DirectPolicy:
     minimum_slot_utilization: float = 0.0
 
 
-def decide_direct(
-    ready_arrivals: Sequence[float], occupied: int, now: float, policy: DirectPolicy
-) -> float | None:
-    """None: run the ready slots now. Otherwise the time to decide again: the instance waits, at most
-    `max_queue_delay` after the oldest ready request arrived, for `minimum_slot_utilization` of its slots
-    to be ready (with no minimum, for every slot that holds a sequence to be ready)."""
+def decide_direct(ready_arrivals: Sequence[float], now: float, policy: DirectPolicy) -> float | None:
+    """None: run the ready slots now. Otherwise the time to decide again. As Triton's direct strategy,
+    an instance waits only when both `max_queue_delay` and `minimum_slot_utilization` are set: until that
+    share of its slots is ready, at most `max_queue_delay` after the oldest ready request arrived."""
     if not ready_arrivals:
         return math.inf
-    if policy.max_queue_delay_s <= 0:
+    if policy.max_queue_delay_s <= 0 or policy.minimum_slot_utilization <= 0:
         return None
-    if policy.minimum_slot_utilization > 0:
-        enough = len(ready_arrivals) >= policy.minimum_slot_utilization * policy.slots
-    else:
-        enough = len(ready_arrivals) >= occupied
     due = min(ready_arrivals) + policy.max_queue_delay_s
-    if enough or now >= due:
+    if len(ready_arrivals) >= policy.minimum_slot_utilization * policy.slots or now >= due:
         return None
     return due
 

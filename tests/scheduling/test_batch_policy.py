@@ -98,3 +98,34 @@ def test_each_batch_says_why_it_was_cut_there() -> None:
     assert decide(_queue(1), now=0.010, policy=delayed).reason.startswith(
         "the oldest request waited max_queue_delay_microseconds"
     )
+
+
+def test_no_preferred_size_means_max_batch_size() -> None:
+    policy = BatchPolicy(max_batch_size=4, max_queue_delay_s=1.0)
+    assert decide(_queue(2, 2), now=0.0, policy=policy).run == (0, 1)  # 4 is the preferred size
+    assert decide(_queue(2, 1), now=0.0, policy=policy).run == ()  # 3: waits for the delay
+
+
+def test_a_batch_at_or_above_the_largest_preferred_size_goes_at_once() -> None:
+    """Triton's batcher sends a request of 7 at once with preferred sizes 2 and 6, however long the
+    queue delay; it does not wait for a batch of 8 to form."""
+    policy = BatchPolicy(max_batch_size=8, preferred_batch_sizes=(2, 6), max_queue_delay_s=10.0)
+    decision = decide(_queue(7), now=0.0, policy=policy)
+    assert decision.run == (0,) and decision.wake_at is None
+    assert decision.reason == "reached the largest preferred batch size 6"
+
+
+def test_what_fits_under_the_largest_preferred_size_goes_when_the_queue_holds_more() -> None:
+    policy = BatchPolicy(max_batch_size=8, preferred_batch_sizes=(4, 6), max_queue_delay_s=10.0)
+    decision = decide(_queue(3, 2, 3), now=0.0, policy=policy)  # 3+2 = 5, and 3 more passes 6
+    assert decision.run == (0, 1)
+    assert decision.reason == "the next request would exceed the largest preferred batch size 6"
+
+
+def test_once_the_delay_passed_everything_that_fits_goes_not_just_the_preferred_size() -> None:
+    policy = BatchPolicy(max_batch_size=8, preferred_batch_sizes=(2, 6), max_queue_delay_s=1.0)
+    assert decide(_queue(1, 1, 1), now=0.5, policy=policy).run == (0, 1)  # preferred 2, before the delay
+    late = decide(_queue(1, 1, 1), now=1.0, policy=policy)
+    assert late.run == (0, 1, 2) and late.reason.startswith("the oldest request waited")
+    # past the largest preferred size, up to max_batch_size
+    assert decide(_queue(4, 3, 1, 1), now=1.0, policy=policy).run == (0, 1, 2)

@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest, BackendResult
-from nereid.errors import InvalidArgument
+from nereid.errors import InvalidArgument, Unavailable
 from nereid.scheduling import SequenceBatcher, create_scheduler
 from nereid.statistics import ModelStatistics
 
@@ -348,3 +348,117 @@ def test_a_worker_takes_the_next_batch_while_it_runs_one_leaving_out_running_seq
         asyncio.run(run())
     finally:
         scheduler.stop()
+
+
+def test_requests_batched_already_are_refused() -> None:
+    scheduler = SequenceBatcher("'m' version 1", _config(4, "direct { }"), [Instance()])
+    batched = BackendRequest(
+        {"INPUT": np.array([[1], [2]], dtype=np.int32)}, ("OUTPUT",), correlation_id=1, flags=SEQUENCE_START
+    )
+
+    async def run() -> None:
+        with pytest.raises(InvalidArgument) as refused:
+            await scheduler.execute(batched)
+        assert refused.value.message == (
+            "inference request to model 'm' must specify batch-size 1 due to requirements of sequence batcher"
+        )
+        assert scheduler.active_sequences() == 0  # the refused START began no sequence
+        assert await _value(scheduler, _request(1, 5, SEQUENCE_START | SEQUENCE_END)) == 5
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+
+
+def test_delay_hooks_hold_every_slot_until_enough_requests_wait_in_slots_and_backlog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TRITONSERVER_DELAY_SCHEDULER=3 with TRITONSERVER_BACKLOG_DELAY_SCHEDULER=1: nothing runs until three
+    requests wait in slots and one in the backlog; then the batches run as they would have."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+    monkeypatch.setenv("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", "1")
+    instance = Instance()
+    scheduler = SequenceBatcher("m", _config(2, "direct { }"), [instance])  # two slots
+
+    async def settle() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    async def run() -> None:
+        tasks = [
+            asyncio.create_task(_value(scheduler, _request(1, 1, SEQUENCE_START))),
+            asyncio.create_task(_value(scheduler, _request(2, 2, SEQUENCE_START))),
+            asyncio.create_task(_value(scheduler, _request(1, 3, SEQUENCE_END))),
+        ]
+        await settle()
+        assert instance.calls == [] and scheduler.pending() == 3  # three seated, none in the backlog
+        tasks.append(asyncio.create_task(_value(scheduler, _request(3, 4, SEQUENCE_START | SEQUENCE_END))))
+        await settle()  # the backlog holds one: the hold lifts
+        assert await asyncio.gather(*tasks) == [1, 2, 3, 4]
+        # the hold is gone for good: a new sequence runs at once
+        assert await _value(scheduler, _request(4, 9, SEQUENCE_START | SEQUENCE_END)) == 9
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+    assert instance.seen()[0] == [1, 2]  # the first batch had both seated sequences
+    assert [c for call in instance.seen() for c in call] == [1, 2, 1, 3, 4]
+
+
+def test_direct_statistics_count_the_null_rows_triton_fills_below_the_highest_slot() -> None:
+    """Triton runs a direct batch from slot 0 to the highest ready slot, null requests in the gaps: its
+    statistics count those rows in the batch size, not as inferences."""
+    instance = Instance()
+    statistics = ModelStatistics()
+    scheduler = SequenceBatcher("m", _config(4, "direct { }"), [instance], statistics=statistics)
+
+    async def run() -> None:
+        for sequence in (1, 2, 3):  # one after the other: slots 0, 1 and 2, each runs alone
+            assert await _value(scheduler, _request(sequence, sequence, SEQUENCE_START)) == sequence
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+    assert instance.seen() == [[1], [2], [3]]  # the instance gets the real requests only
+    stats = statistics.to_json("m", "1")
+    assert (stats["execution_count"], stats["inference_count"]) == (3, 3)
+    assert [(b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]] == [
+        (1, 1),
+        (2, 1),
+        (3, 1),
+    ]
+
+
+def test_a_backlogged_sequence_is_refused_once_its_earliest_request_timeout_passes() -> None:
+    """Triton's rule: request timeouts apply to sequences in the backlog only. Once one passes, every
+    request of that sequence is refused and the sequence is forgotten (a later request must START)."""
+    instance = Instance()
+    scheduler = SequenceBatcher("m", _config(1, "direct { }"), [instance])  # one slot
+
+    def timed(sequence: int, value: int, flags: int, timeout_us: int) -> BackendRequest:
+        request = _request(sequence, value, flags)
+        request.timeout_us = timeout_us
+        return request
+
+    async def run() -> None:
+        assert await _value(scheduler, timed(1, 1, SEQUENCE_START, 1)) == 1  # seated: no timeout applies
+        backlogged = [
+            asyncio.create_task(_value(scheduler, timed(2, 2, SEQUENCE_START, 0))),  # no timeout of its own
+            asyncio.create_task(_value(scheduler, timed(2, 3, 0, 20_000))),  # 20 ms: the sequence's expiry
+        ]
+        for task in backlogged:
+            with pytest.raises(Unavailable, match="timeout of the corresponding sequence has been expired"):
+                await task
+        assert scheduler.active_sequences() == 1  # only sequence 1, still seated
+        with pytest.raises(InvalidArgument, match="must specify the START flag"):
+            await scheduler.execute(_request(2, 4, SEQUENCE_END))
+        assert await _value(scheduler, timed(1, 5, SEQUENCE_END, 1)) == 5
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+    assert instance.seen() == [[1], [1]]

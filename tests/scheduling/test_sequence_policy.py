@@ -30,21 +30,23 @@ def test_backlog_takes_freed_slots_oldest_first() -> None:
 
 def test_direct_without_delay_runs_whatever_is_ready() -> None:
     policy = DirectPolicy(slots=4)
-    assert decide_direct([1.0], occupied=4, now=1.0, policy=policy) is None
-    assert decide_direct([], occupied=4, now=1.0, policy=policy) == math.inf
+    assert decide_direct([1.0], now=1.0, policy=policy) is None
+    assert decide_direct([], now=1.0, policy=policy) == math.inf
 
 
-def test_direct_delay_waits_for_every_occupied_slot_without_a_minimum() -> None:
+def test_direct_delay_without_a_minimum_utilization_does_not_wait() -> None:
+    """Triton's direct strategy waits only when both the queue delay and the minimum are set."""
     policy = DirectPolicy(slots=4, max_queue_delay_s=0.5)
-    assert decide_direct([1.0, 1.2], occupied=3, now=1.2, policy=policy) == 1.5
-    assert decide_direct([1.0, 1.2, 1.3], occupied=3, now=1.3, policy=policy) is None
-    assert decide_direct([1.0, 1.2], occupied=3, now=1.5, policy=policy) is None  # delay over
+    assert decide_direct([1.0], now=1.0, policy=policy) is None
 
 
 def test_direct_minimum_slot_utilization() -> None:
     policy = DirectPolicy(slots=4, max_queue_delay_s=1.0, minimum_slot_utilization=0.5)
-    assert decide_direct([2.0], occupied=4, now=2.0, policy=policy) == 3.0
-    assert decide_direct([2.0, 2.1], occupied=4, now=2.1, policy=policy) is None  # 2 of 4 slots
+    assert decide_direct([2.0], now=2.0, policy=policy) == 3.0
+    assert decide_direct([2.0, 2.1], now=2.1, policy=policy) is None  # 2 of 4 slots
+    assert decide_direct([2.0], now=3.0, policy=policy) is None  # delay over
+    full = DirectPolicy(slots=4, max_queue_delay_s=1.0, minimum_slot_utilization=1.0)
+    assert decide_direct([2.0, 2.1, 2.2], now=2.2, policy=full) == 3.0
 
 
 def test_idle_sequences_expire_and_the_next_expiry_is_reported() -> None:
