@@ -130,17 +130,7 @@ class ModelStatistics:
         infer_ns = timing.infer_ns
         with self._lock:
             self._success(request_ns, timing.queue_ns, input_ns, infer_ns, output_ns)
-            self.execution_count += 1
-            self.inference_count += batch_size
-            batch = self._batches.get(batch_size)
-            if batch is None:
-                batch = self._batches[batch_size] = _BatchStats()
-            batch.compute_input.count += 1
-            batch.compute_input.ns += input_ns
-            batch.compute_infer.count += 1
-            batch.compute_infer.ns += infer_ns
-            batch.compute_output.count += 1
-            batch.compute_output.ns += output_ns
+            self._execution(batch_size, batch_size, input_ns, infer_ns, output_ns)
 
     def record_batched_request(
         self, request_ns: int, timing: RequestTiming, input_ns: int, output_ns: int
@@ -175,14 +165,22 @@ class ModelStatistics:
         `inferences`: the elements that were real requests, where fewer (a direct sequence batch that
         Triton fills with null requests); by default all of them."""
         with self._lock:
-            self.execution_count += 1
-            self.inference_count += batch_size if inferences is None else inferences
-            batch = self._batches.get(batch_size)
-            if batch is None:
-                batch = self._batches[batch_size] = _BatchStats()
-            batch.compute_input.add(input_ns)
-            batch.compute_infer.add(infer_ns)
-            batch.compute_output.add(output_ns)
+            self._execution(
+                batch_size, batch_size if inferences is None else inferences, input_ns, infer_ns, output_ns
+            )
+
+    def _execution(
+        self, batch_size: int, inferences: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
+        """One execution's counts and its batch size's times (under the lock)."""
+        self.execution_count += 1
+        self.inference_count += inferences
+        batch = self._batches.get(batch_size)
+        if batch is None:
+            batch = self._batches[batch_size] = _BatchStats()
+        batch.compute_input.add(input_ns)
+        batch.compute_infer.add(infer_ns)
+        batch.compute_output.add(output_ns)
 
     def batch_executions(self) -> dict[int, int]:
         """Executions per batch size."""
