@@ -14,7 +14,7 @@ from typing import Any
 
 from nereid.tracing.config import LEVEL_OFF, LEVEL_TENSORS, LEVEL_TIMESTAMPS, TraceConfig
 from nereid.tracing.settings import SettingUpdate, TraceFile, TraceSetting
-from nereid.tracing.trace import RequestTrace, TraceGroup
+from nereid.tracing.trace import RequestTrace
 
 # One answer of the trace extension: setting name -> value, a list for trace_level (and for a setting
 # given more than once), a string otherwise; in Triton's order.
@@ -59,7 +59,7 @@ class TraceManager:
             return None
         if exporter is not None:
             return exporter.start(setting, self._ids, context)
-        return TraceGroup(setting, self._ids).new_trace()
+        return RequestTrace(setting, self._ids)
 
     # the trace extension
     def setting(self, model_name: str = "") -> SettingAnswer:

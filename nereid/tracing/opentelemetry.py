@@ -77,8 +77,10 @@ class SpanExporter:
         return context if trace.get_current_span(context).get_span_context().is_valid else None
 
     def start(self, setting: TraceSetting, ids: Iterator[int], context: Any) -> RequestTrace:
-        group = SpanGroup(setting, ids, self, context)
-        return group.new_trace()
+        trace = SpanTrace(setting, ids, 0, None)
+        trace._group = group = SpanGroup(setting, self, context)
+        group.add(trace)
+        return trace
 
     def shutdown(self) -> None:
         """Export what is batched and stop (at server shutdown)."""
@@ -88,10 +90,11 @@ class SpanExporter:
 class SpanGroup(TraceGroup):
     """A sampled request and its children as spans; the `InferRequest` span ends when the last closes."""
 
-    def __init__(
-        self, setting: TraceSetting, ids: Iterable[int], exporter: SpanExporter, context: Any
-    ) -> None:
-        super().__init__(setting, ids)
+    def __init__(self, setting: TraceSetting, exporter: SpanExporter, context: Any) -> None:
+        self.setting = setting
+        self._members = []  # spans are exported as they end: nothing is kept
+        self._open = 0
+        self._lock = threading.Lock()
         self.exporter = exporter
         self.root = exporter.tracer.start_span(
             "InferRequest",
@@ -100,9 +103,9 @@ class SpanGroup(TraceGroup):
             start_time=exporter.offset + time.perf_counter_ns(),
         )
 
-    def new_trace(self, parent: RequestTrace | None = None) -> RequestTrace:
-        trace = super().new_trace(parent)
-        return SpanTrace(self, trace.id, trace.parent_id, parent)
+    def add(self, trace: RequestTrace) -> None:
+        with self._lock:
+            self._open += 1
 
     def closed(self) -> None:
         with self._lock:
@@ -110,7 +113,7 @@ class SpanGroup(TraceGroup):
             if self._open:
                 return
         self.root.end(self.exporter.offset + time.perf_counter_ns())
-        self.setting.write_trace(b"")  # counts the trace as collected; nothing is written in this mode
+        self.setting.write_trace(())  # counts the trace as collected; nothing is written in this mode
 
 
 class SpanTrace(RequestTrace):
@@ -118,33 +121,41 @@ class SpanTrace(RequestTrace):
 
     __slots__ = ("_parent", "_span", "_lock")
 
-    def __init__(self, group: SpanGroup, trace_id: int, parent_id: int, parent: RequestTrace | None) -> None:
-        super().__init__(group, trace_id, parent_id)
+    def __init__(
+        self, setting: TraceSetting, ids: Iterator[int], parent_id: int, parent: RequestTrace | None
+    ) -> None:
+        super().__init__(setting, ids, parent_id)
         self._parent = parent
         self._span: Any = None
         self._lock = threading.Lock()
 
+    def _new(self, parent_id: int) -> RequestTrace:
+        return SpanTrace(self.setting, self._ids, parent_id, self)
+
     @property
-    def _group(self) -> SpanGroup:
-        return self.group  # type: ignore[return-value]
+    def _spans(self) -> SpanGroup:
+        return self._group  # type: ignore[return-value]
 
     def _epoch(self, ns: int) -> int:
-        return self._group.exporter.offset + ns
+        return self._spans.exporter.offset + ns
 
     def timestamp(self, name: str, ns: int) -> None:
-        if not self._timestamps:
+        if self.stamps is None:
             return
-        span = self._span if self._span is not None else self._group.root
+        span = self._span if self._span is not None else self._spans.root
         span.add_event(name, timestamp=self._epoch(ns))
 
+    def now(self, name: str) -> None:
+        self.timestamp(name, time.perf_counter_ns())
+
     def request_start(self, model_name: str, model_version: int, request_id: str, ns: int) -> None:
-        if not self._timestamps:
+        if self.stamps is None:
             return
         from opentelemetry import trace
 
         parent = self._parent
         parent_span = (
-            parent._span if isinstance(parent, SpanTrace) and parent._span is not None else self._group.root
+            parent._span if isinstance(parent, SpanTrace) and parent._span is not None else self._spans.root
         )
         attributes: dict[str, Any] = {
             "triton.model_name": model_name,
@@ -154,7 +165,7 @@ class SpanTrace(RequestTrace):
         }
         if request_id:
             attributes["triton.request_id"] = request_id
-        self._span = self._group.exporter.tracer.start_span(
+        self._span = self._spans.exporter.tracer.start_span(
             model_name,
             context=trace.set_span_in_context(parent_span),
             kind=_server_kind(),
@@ -167,12 +178,12 @@ class SpanTrace(RequestTrace):
         self.timestamp("QUEUE_START", ns)  # tensors are not traced in this mode, as in Triton
 
     def compute(self, start: int, end: int) -> None:
-        if not self._timestamps or self._span is None:
+        if self.stamps is None or self._span is None:
             return
         from opentelemetry import trace
 
         now = time.perf_counter_ns()
-        span = self._group.exporter.tracer.start_span(
+        span = self._spans.exporter.tracer.start_span(
             "compute",
             context=trace.set_span_in_context(self._span),
             kind=_server_kind(),
@@ -199,7 +210,7 @@ class SpanTrace(RequestTrace):
 
     def context(self) -> str | None:
         """The W3C trace context of this request's span, as Triton hands it to model code (JSON)."""
-        span = self._span if self._span is not None else self._group.root
+        span = self._span if self._span is not None else self._spans.root
         context = span.get_span_context()
         traceparent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
         document = {"traceparent": traceparent}

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nereid.tracing.config import LEVEL_OFF
+from nereid.tracing.trace import TraceFormatter
+
+if TYPE_CHECKING:
+    from nereid.tracing.trace import RequestTrace
 
 log = logging.getLogger("nereid.tracing")
 
@@ -23,7 +29,8 @@ MIN_TRACE_COUNT = -1
 
 class TraceFile:
     """Where one `trace_file` name's traces go: the file itself (a JSON array, opened at the first write
-    and closed at shutdown), or `<name>.<index>` files written whole."""
+    and closed at shutdown), or `<name>.<index>` files written whole. Traces are formatted here, a batch
+    at a time."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -31,8 +38,10 @@ class TraceFile:
         self._lock = threading.Lock()
         self._stream: object | None = None
         self._closed = False
+        self._formatter = TraceFormatter()
 
-    def save(self, traces: bytes, indexed: bool) -> None:
+    def save(self, batch: Sequence[RequestTrace], indexed: bool) -> None:
+        traces = self._formatter.records(batch)
         try:
             if indexed:
                 with self._lock:
@@ -90,10 +99,11 @@ class TraceSetting:
         self._lock = threading.Lock()
         self._sample = 0
         self._collected = 0
-        self._in_stream = 0
-        self._stream: list[bytes] = []
+        self._in_stream = 0  # traces kept (a trace and its children count once)
+        self._stream: list[RequestTrace] = []
         self._in_flight = 0
         self._retired = False
+        self.groups_lock = threading.Lock()  # a trace's first child makes its group under it
         if level == LEVEL_OFF:
             self.reason = "tracing is disabled"
         elif rate == 0:
@@ -126,13 +136,13 @@ class TraceSetting:
                 return True
             return False
 
-    def write_trace(self, trace: bytes) -> None:
-        """A sampled trace finished: keep it, and write the traces kept to `<file>.<index>` once `count`
-        traces were collected or every `log_frequency` traces."""
+    def write_trace(self, traces: Sequence[RequestTrace]) -> None:
+        """A sampled trace finished (`traces`: it and its children, none in opentelemetry mode): keep it,
+        and write the traces kept to `<file>.<index>` once `count` traces were collected or every
+        `log_frequency` traces. They are kept raw, and formatted only when written."""
         with self._lock:
             self._in_flight -= 1
-            if trace:
-                self._stream.append(trace)
+            self._stream += traces
             self._in_stream += 1
             self._collected += 1
             full = (self.count == 0 and self._collected == self._sample) or (
@@ -145,8 +155,8 @@ class TraceSetting:
         if finished:
             self.flush()
 
-    def _take(self) -> bytes:
-        batch = b",".join(self._stream)
+    def _take(self) -> list[RequestTrace]:
+        batch = self._stream
         self._stream = []
         self._in_stream = 0
         return batch

@@ -1,6 +1,10 @@
 """One sampled trace: the request a frontend received and the requests it spawned (ensemble steps, BLS
-calls), each a `RequestTrace` with an id of its own and its parent's id, all written together when the
-last of them closes (Triton's TraceManager::Trace).
+calls), each a `RequestTrace` with an id of its own and its parent's id, all handed to the setting that
+sampled them when the last of them closes (Triton's TraceManager::Trace).
+
+The request path only keeps raw values: a timestamp is a name and an int added to a flat list, the
+model a request is for three plain fields. Nothing is formatted until the setting writes a batch of
+traces (`trace_records`), in bulk and off the request path.
 
 Timestamps are `time.perf_counter_ns()` values, which on Linux read CLOCK_MONOTONIC, the clock Triton's
 steady_clock timestamps come from.
@@ -10,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,79 +37,93 @@ GRPC_SEND_START = "GRPC_SEND_START"
 GRPC_SEND_END = "GRPC_SEND_END"
 INFER_RESPONSE_COMPLETE = "INFER_RESPONSE_COMPLETE"
 
+_perf_counter_ns = time.perf_counter_ns
+
 
 class TraceGroup:
-    """A sampled trace and its children: their records, grouped by trace id, until the last one closes;
-    then they go to the setting that sampled the trace (Triton mode)."""
+    """A trace that spawned children, and its children: open until the last of them closes; then they
+    go to the setting that sampled the trace together. A trace without children needs none."""
 
-    def __init__(self, setting: TraceSetting, ids: Iterable[int]) -> None:
+    __slots__ = ("setting", "_members", "_open", "_lock")
+
+    def __init__(self, setting: TraceSetting, root: RequestTrace) -> None:
         self.setting = setting
-        self.level = setting.level
-        self._ids = iter(ids)
+        # a root closed already was written on its own (a child made after its request was answered)
+        self._members = [] if root._closed else [root]
+        self._open = len(self._members)
         self._lock = threading.Lock()
-        self._open = 0
-        self._records: dict[int, list[bytes]] = {}
 
-    def new_trace(self, parent: RequestTrace | None = None) -> RequestTrace:
+    def add(self, trace: RequestTrace) -> None:
         with self._lock:
+            self._members.append(trace)
             self._open += 1
-            trace_id = next(self._ids)
-        return RequestTrace(self, trace_id, 0 if parent is None else parent.id)
-
-    def record(self, trace_id: int, *records: bytes) -> None:
-        with self._lock:
-            kept = self._records.get(trace_id)
-            if kept is None:
-                self._records[trace_id] = list(records)
-            else:
-                kept.extend(records)
 
     def closed(self) -> None:
         with self._lock:
             self._open -= 1
             if self._open:
                 return
-            traces = [b",".join(records) for records in self._records.values()]
-        self.setting.write_trace(b",".join(traces))
+            members = tuple(self._members)
+        self.setting.write_trace(members)
 
 
 class RequestTrace:
     """The trace of one request through one model (Triton's TRITONSERVER_InferenceTrace)."""
 
-    __slots__ = ("group", "id", "parent_id", "_timestamps", "_tensors", "_pending", "__weakref__")
+    __slots__ = (
+        "setting",
+        "id",
+        "parent_id",
+        "head",
+        "stamps",
+        "tensors",
+        "_ids",
+        "_group",
+        "_closed",
+        "__weakref__",
+    )
 
-    def __init__(self, group: TraceGroup, trace_id: int, parent_id: int) -> None:
-        self.group = group
-        self.id = trace_id
+    def __init__(self, setting: TraceSetting, ids: Iterator[int], parent_id: int = 0) -> None:
+        self.setting = setting
+        self._ids = ids
+        self.id = next(ids)  # itertools.count: atomic under the GIL
         self.parent_id = parent_id
-        self._timestamps = bool(group.level & LEVEL_TIMESTAMPS)
-        self._tensors = bool(group.level & LEVEL_TENSORS)
-        # Records in the order taken, written out at close: a timestamp costs an append on the request
-        # path, and the group's lock is taken once per trace (None once closed).
-        self._pending: list[bytes | tuple[str, int]] | None = []
+        self._group: TraceGroup | None = None
+        self._closed = False
+        # Raw values, formatted in bulk when the setting writes (None: that level is not traced):
+        # who the request was for, timestamps in the order taken (name, ns, name, ns, ...: one list, no
+        # tuple each; a pair is added by one `+=`, whole even where threads race), and TENSORS records.
+        self.head: tuple[str, int, str] | None = None
+        level = setting.level
+        self.stamps: list[str | int] | None = [] if level & LEVEL_TIMESTAMPS else None
+        self.tensors: list[bytes] | None = [] if level & LEVEL_TENSORS else None
 
     def child(self) -> RequestTrace:
         """The trace of a request this one spawned (an ensemble step, a BLS call); its creator closes it."""
-        return self.group.new_trace(self)
+        group = self._group
+        if group is None:  # the first child: this trace and its children are written together
+            with self.setting.groups_lock:
+                group = self._group
+                if group is None:
+                    group = self._group = TraceGroup(self.setting, self)
+        trace = self._new(self.id)
+        trace._group = group
+        group.add(trace)
+        return trace
+
+    def _new(self, parent_id: int) -> RequestTrace:
+        return RequestTrace(self.setting, self._ids, parent_id)
 
     def close(self) -> None:
-        """The request is answered: once every trace of the group is closed, the group is written."""
-        pending, self._pending = self._pending, None
-        if pending:
-            self.group.record(self.id, *(self._format(entry) for entry in pending))
-        self.group.closed()
-
-    def _format(self, entry: bytes | tuple[str, int]) -> bytes:
-        if isinstance(entry, bytes):
-            return entry
-        return b'{"id":%d,"timestamps":[{"name":"%s","ns":%d}]}' % (self.id, entry[0].encode(), entry[1])
-
-    def _keep(self, entry: bytes | tuple[str, int]) -> None:
-        pending = self._pending
-        if pending is not None:
-            pending.append(entry)
-        else:  # taken after close (a caller's late stamp): straight to the group
-            self.group.record(self.id, self._format(entry))
+        """The request is answered: once every trace of its group is closed, the group is written."""
+        if self._closed:
+            return
+        self._closed = True
+        group = self._group
+        if group is None:
+            self.setting.write_trace((self,))
+        else:
+            group.closed()
 
     def context(self) -> str | None:
         """What model code may propagate (`InferenceTrace.get_context()`): nothing in Triton mode."""
@@ -113,45 +131,59 @@ class RequestTrace:
 
     # timestamps
     def timestamp(self, name: str, ns: int) -> None:
-        if self._timestamps:
-            self._keep((name, ns))
+        stamps = self.stamps
+        if stamps is not None:
+            stamps += (name, ns)
 
     def now(self, name: str) -> None:
-        self.timestamp(name, time.perf_counter_ns())
+        stamps = self.stamps
+        if stamps is not None:
+            stamps += (name, _perf_counter_ns())
 
     def request_start(self, model_name: str, model_version: int, request_id: str, ns: int) -> None:
         """The request reached its model: who it is for, then REQUEST_START."""
-        if not self._timestamps:
-            return
-        fields: dict[str, Any] = {"id": self.id, "model_name": model_name, "model_version": model_version}
-        if request_id:
-            fields["request_id"] = request_id
-        if self.parent_id:
-            fields["parent_id"] = self.parent_id
-        self._keep(orjson.dumps(fields))
-        self.timestamp("REQUEST_START", ns)
+        stamps = self.stamps
+        if stamps is not None:
+            self.head = (model_name, model_version, request_id)
+            stamps += ("REQUEST_START", ns)
 
     def queue_start(self, ns: int, inputs: Iterable[InferTensor]) -> None:
-        self.timestamp("QUEUE_START", ns)
-        if self._tensors:
+        stamps = self.stamps
+        if stamps is not None:
+            stamps += ("QUEUE_START", ns)
+        tensors = self.tensors
+        if tensors is not None:
             for tensor in inputs:
-                self._tensor("TENSOR_QUEUE_INPUT", tensor.name, tensor.datatype, tensor.data)
+                tensors.append(self._tensor("TENSOR_QUEUE_INPUT", tensor.name, tensor.datatype, tensor.data))
 
     def compute(self, start: int, end: int) -> None:
         """An execution of the request's model ran from `start` to `end`; its results are back now."""
-        if self._timestamps:
-            self.timestamp("COMPUTE_START", start)
-            self.timestamp("COMPUTE_INPUT_END", start)
-            self.timestamp("COMPUTE_OUTPUT_START", end)
-            self.timestamp("COMPUTE_END", time.perf_counter_ns())
+        stamps = self.stamps
+        if stamps is not None:
+            stamps += (
+                "COMPUTE_START",
+                start,
+                "COMPUTE_INPUT_END",
+                start,
+                "COMPUTE_OUTPUT_START",
+                end,
+                "COMPUTE_END",
+                _perf_counter_ns(),
+            )
 
     def request_end(self, outputs: Iterable[InferTensor] = ()) -> None:
-        if self._tensors:
+        tensors = self.tensors
+        if tensors is not None:
             for tensor in outputs:
-                self._tensor("TENSOR_BACKEND_OUTPUT", tensor.name, tensor.datatype, tensor.data)
-        self.now("REQUEST_END")
+                tensors.append(
+                    self._tensor("TENSOR_BACKEND_OUTPUT", tensor.name, tensor.datatype, tensor.data)
+                )
+        stamps = self.stamps
+        if stamps is not None:
+            stamps += ("REQUEST_END", _perf_counter_ns())
 
-    def _tensor(self, activity: str, name: str, datatype: str, data: np.ndarray) -> None:
+    def _tensor(self, activity: str, name: str, datatype: str, data: np.ndarray) -> bytes:
+        # Formatted now: the arrays may be reused (shared memory, a model's buffers) once answered.
         record = {
             "id": self.id,
             "activity": activity,
@@ -162,7 +194,74 @@ class RequestTrace:
                 "dtype": datatype,
             },
         }
-        self._keep(orjson.dumps(record))
+        return orjson.dumps(record)
+
+
+class TraceFormatter:
+    """Writes traces as the records of Triton's trace file, in bulk. A trace's records go through one `%`
+    of a template made once per model and sequence of timestamp names (the same few recur); only a
+    request id or a parent id gives the model's record a `%` of its own."""
+
+    def __init__(self) -> None:
+        self._stamps: dict[tuple[str, ...], bytes] = {}  # timestamp names -> their records' template
+        self._headed: dict[tuple[str, int, tuple[str, ...]], bytes] = {}  # the model's record, then them
+        self._names: dict[str, bytes] = {}  # model name -> its JSON string
+
+    def records(self, traces: Iterable[RequestTrace]) -> bytes:
+        """The traces' records, comma-separated (the inside of a JSON array)."""
+        return b",".join([self._trace(trace) for trace in traces])
+
+    def _trace(self, trace: RequestTrace) -> bytes:
+        trace_id = trace.id
+        head = trace.head
+        # a snapshot, taken at once under the GIL: name, ns, name, ns, ...; then each name's place gets
+        # the id its record starts with
+        values: list[Any] = trace.stamps[:] if trace.stamps else []
+        names = tuple(values[0::2])
+        values[0::2] = [trace_id] * len(names)
+        if head is not None and not head[2] and not trace.parent_id:
+            key = (head[0], head[1], names)
+            template = self._headed.get(key)
+            if template is None:
+                template = self._headed[key] = self._head_template(head[0], head[1], names)
+            records = template % (trace_id, *values)
+        else:
+            records = self._stamps_template(names) % tuple(values) if names else b""
+            if head is not None:
+                model = self._head(trace_id, trace.parent_id, *head)
+                records = model + b"," + records if records else model
+        if trace.tensors:
+            records = b",".join([records, *trace.tensors] if records else trace.tensors)
+        return records
+
+    def _stamps_template(self, names: tuple[str, ...]) -> bytes:
+        """One record per timestamp, as Triton writes them: the id and the ns left to fill in."""
+        template = self._stamps.get(names)
+        if template is None:
+            template = self._stamps[names] = b",".join(
+                b'{"id":%%d,"timestamps":[{"name":%s,"ns":%%d}]}' % _escaped(name) for name in names
+            )
+        return template
+
+    def _head_template(self, model_name: str, version: int, names: tuple[str, ...]) -> bytes:
+        model = b'{"id":%%d,"model_name":%s,"model_version":%d}' % (_escaped(model_name), version)
+        return model + b"," + self._stamps_template(names) if names else model
+
+    def _head(self, trace_id: int, parent_id: int, model_name: str, version: int, request_id: str) -> bytes:
+        name = self._names.get(model_name)
+        if name is None:
+            name = self._names[model_name] = orjson.dumps(model_name)
+        head = b'{"id":%d,"model_name":%s,"model_version":%d' % (trace_id, name, version)
+        if request_id:
+            head += b',"request_id":' + orjson.dumps(request_id)
+        if parent_id:
+            head += b',"parent_id":%d' % parent_id
+        return head + b"}"
+
+
+def _escaped(text: str) -> bytes:
+    """`text` as a JSON string, safe inside a `%` template."""
+    return orjson.dumps(text).replace(b"%", b"%%")
 
 
 def tensor_text(datatype: str, data: np.ndarray) -> str:

@@ -1,0 +1,162 @@
+"""Traces on the request path keep raw values only; they are formatted as Triton's trace records in bulk,
+when a batch of traces is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nereid.tracing import TraceManager
+from nereid.tracing.config import LEVEL_TENSORS, LEVEL_TIMESTAMPS, TraceConfig
+from nereid.tracing.trace import RequestTrace, TraceFormatter
+from nereid.types import InferTensor
+
+
+def _manager(tmp_path: Path, **values: Any) -> TraceManager:
+    fields: dict[str, Any] = {"level": LEVEL_TIMESTAMPS, "rate": 1, "file": str(tmp_path / "trace.json")}
+    fields.update(values)
+    return TraceManager(TraceConfig(**fields))
+
+
+def _sample(manager: TraceManager, model: str = "m") -> RequestTrace:
+    trace = manager.sample(model)
+    assert trace is not None
+    return trace
+
+
+def _records(data: bytes) -> list[dict[str, Any]]:
+    records = json.loads(b"[" + data + b"]")
+    assert isinstance(records, list)
+    return records
+
+
+def test_records_have_tritons_shape(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    trace = _sample(manager)
+    trace.timestamp("HTTP_RECV_START", 5)
+    trace.request_start('a "quoted" model %d', 3, "req\n1", 10)
+    trace.queue_start(11, ())
+    trace.compute(12, 13)
+    trace.request_end()
+    child = trace.child()
+    child.request_start("step", 1, "", 20)
+    records = _records(TraceFormatter().records([trace, child]))
+    assert records[0] == {
+        "id": 1,
+        "model_name": 'a "quoted" model %d',
+        "model_version": 3,
+        "request_id": "req\n1",
+    }
+    stamps = [r for r in records[1:] if r["id"] == 1]
+    assert all(set(r) == {"id", "timestamps"} and len(r["timestamps"]) == 1 for r in stamps)
+    named = [(r["timestamps"][0]["name"], r["timestamps"][0]["ns"]) for r in stamps]
+    assert named[:6] == [
+        ("HTTP_RECV_START", 5),
+        ("REQUEST_START", 10),
+        ("QUEUE_START", 11),
+        ("COMPUTE_START", 12),
+        ("COMPUTE_INPUT_END", 12),
+        ("COMPUTE_OUTPUT_START", 13),
+    ]
+    assert [name for name, _ in named[6:]] == ["COMPUTE_END", "REQUEST_END"]
+    assert records[-2:] == [
+        {"id": 2, "model_name": "step", "model_version": 1, "parent_id": 1},
+        {"id": 2, "timestamps": [{"name": "REQUEST_START", "ns": 20}]},
+    ]
+
+
+def test_the_same_sequence_of_names_reuses_its_template_and_others_get_theirs(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    formatter = TraceFormatter()
+    traces = []
+    for names in (("A", "B"), ("A", "B"), ("A",), ("B", "A")):
+        trace = _sample(manager)
+        for index, name in enumerate(names):
+            trace.timestamp(name, trace.id * 10 + index)
+        traces.append(trace)
+    traces[1].head = traces[2].head = ("50% %d", 2, "")  # the model's record joins the template
+    records = _records(formatter.records(traces))
+    heads = [r for r in records if "model_name" in r]
+    assert heads == [{"id": i, "model_name": "50% %d", "model_version": 2} for i in (2, 3)]
+    got = [
+        (r["id"], r["timestamps"][0]["name"], r["timestamps"][0]["ns"]) for r in records if "timestamps" in r
+    ]
+    assert got == [
+        (1, "A", 10),
+        (1, "B", 11),
+        (2, "A", 20),
+        (2, "B", 21),
+        (3, "A", 30),
+        (4, "B", 40),
+        (4, "A", 41),
+    ]
+    assert formatter.records(traces) == b",".join(formatter.records([t]) for t in traces)
+
+
+def test_tensor_records_follow_the_timestamps(tmp_path: Path) -> None:
+    manager = _manager(tmp_path, level=LEVEL_TIMESTAMPS | LEVEL_TENSORS)
+    trace = _sample(manager)
+    data = np.array([[1.5, 2.0]], dtype=np.float32)
+    trace.request_start("m", 1, "", 1)
+    trace.queue_start(2, [InferTensor("IN", "FP32", (1, 2), data)])
+    data[0, 0] = 9.0  # formatted when taken: what the model was given, whatever happens to it later
+    records = _records(TraceFormatter().records([trace]))
+    assert records[-1] == {
+        "id": 1,
+        "activity": "TENSOR_QUEUE_INPUT",
+        "tensor": {"name": "IN", "data": "1.5,2", "shape": "1,2", "dtype": "FP32"},
+    }
+
+
+def test_closing_formats_nothing_until_a_batch_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches: list[int] = []
+    records = TraceFormatter.records
+
+    def counted(self: TraceFormatter, traces: list[RequestTrace]) -> bytes:
+        batches.append(len(traces))
+        return records(self, traces)
+
+    monkeypatch.setattr(TraceFormatter, "records", counted)
+    manager = _manager(tmp_path, log_frequency=3)
+    for index in range(7):
+        trace = _sample(manager)
+        trace.request_start("m", 1, "", index)
+        trace.close()
+        if index == 4:  # two traces kept since the first batch: still raw
+            assert batches == [3]
+    manager.close()
+    assert batches == [3, 3, 1]
+    written = [_records(Path(f"{tmp_path}/trace.json.{i}").read_bytes()[1:-1]) for i in range(3)]
+    assert [[r["id"] for r in batch if "model_name" in r] for batch in written] == [[1, 2, 3], [4, 5, 6], [7]]
+
+
+def test_a_stamp_taken_after_close_is_written_if_its_batch_is_not(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    trace = _sample(manager)
+    trace.request_start("m", 1, "", 1)
+    trace.close()
+    trace.now("INFER_RESPONSE_COMPLETE")  # late, but before the file is written at shutdown
+    trace.close()  # a second close changes nothing
+    manager.close()
+    records = json.loads((tmp_path / "trace.json").read_text())
+    names = [r["timestamps"][0]["name"] for r in records if "timestamps" in r]
+    assert names == ["REQUEST_START", "INFER_RESPONSE_COMPLETE"]
+
+
+def test_a_child_made_after_its_parent_closed_is_written_on_its_own(tmp_path: Path) -> None:
+    manager = _manager(tmp_path, log_frequency=1)
+    parent = _sample(manager)
+    parent.request_start("m", 1, "", 1)
+    parent.close()
+    child = parent.child()
+    child.request_start("c", 1, "", 2)
+    child.close()
+    first, second = (_records(Path(f"{tmp_path}/trace.json.{i}").read_bytes()[1:-1]) for i in range(2))
+    assert [r["id"] for r in first] == [1, 1]
+    assert [r["id"] for r in second] == [2, 2] and second[0]["parent_id"] == 1
