@@ -50,13 +50,7 @@ from nereid.frontends.http.repository import (
     decode_unload_request,
 )
 from nereid.settings import ServerSettings
-from nereid.tracing.trace import (
-    HTTP_RECV_END,
-    HTTP_RECV_START,
-    HTTP_SEND_END,
-    HTTP_SEND_START,
-    INFER_RESPONSE_COMPLETE,
-)
+from nereid.tracing.trace import HTTP_RECV_END, HTTP_RECV_START, INFER_RESPONSE_COMPLETE, RequestTrace
 from nereid.tracing.updates import http_update
 
 log = logging.getLogger(__name__)
@@ -293,7 +287,6 @@ class HttpFrontend:
             raise Forbidden(f"This API is restricted, expecting header '{rule.header}'")
 
     async def _infer(self, name: str, version: str, request: HttpRequest) -> HttpResponse:
-        received = time.perf_counter_ns() if self._tracer.active else 0
         headers = request.headers
         body = request.body
         encoding = headers.get("content-encoding")
@@ -311,31 +304,31 @@ class HttpFrontend:
         if self._forwarding is not None:
             self._forwarding.add_parameters(headers.items(), infer_request.parameters)
         trace = None
-        if received:
-            trace = infer_request.trace = self._tracer.sample(name, headers)
-            if trace is not None:
-                trace.timestamp(HTTP_RECV_START, received)
-                trace.now(HTTP_RECV_END)
+        if request.recv_start:  # tracing is on
+            trace = infer_request.trace = self._sample(name, request)
         try:
-            try:
-                response = await self._engine.infer(infer_request)
-            except DecoupledModel:
-                if wants_events(headers.get("accept")):  # beyond Triton: the responses as a stream
-                    return await event_stream(self._engine, infer_request, flat=False)
-                raise DecoupledModel("HTTP end point") from None
-            if trace is not None:
-                trace.now(INFER_RESPONSE_COMPLETE)
-                trace.now(HTTP_SEND_START)
-            payload, json_length = encode_infer_response(response, infer_request)
-        finally:
-            if trace is not None:
-                trace.now(HTTP_SEND_END)  # the response is encoded: the connection writes it next
-                trace.close()
+            response = await self._engine.infer(infer_request)
+        except DecoupledModel:
+            if wants_events(headers.get("accept")):  # beyond Triton: the responses as a stream
+                return await event_stream(self._engine, infer_request, flat=False)
+            raise DecoupledModel("HTTP end point") from None
+        if trace is not None:
+            trace.now(INFER_RESPONSE_COMPLETE)
+        payload, json_length = encode_infer_response(response, infer_request)
         if json_length is None:
             return HttpResponse(200, payload, [_JSON])
         return HttpResponse(
             200, payload, [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
         )
+
+    def _sample(self, name: str, request: HttpRequest) -> RequestTrace | None:
+        """The trace of an inference request, when it is sampled; the connection took its receive times,
+        and records its send times and closes it once the response is written."""
+        trace = request.trace = self._tracer.sample(name, request.headers)
+        if trace is not None:
+            trace.timestamp(HTTP_RECV_START, request.recv_start)
+            trace.timestamp(HTTP_RECV_END, request.recv_end)
+        return trace
 
 
 def _api_group(path: str) -> str | None:

@@ -19,9 +19,14 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httptools
+
+from nereid.tracing.trace import HTTP_SEND_END, HTTP_SEND_START
+
+if TYPE_CHECKING:
+    from nereid.tracing.trace import RequestTrace
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,14 @@ class HttpRequest:
     query: str
     headers: dict[str, str]  # names lower-cased; repeated headers joined with ", "
     body: bytes
+    # While tracing is on: when the request began to arrive and when it was complete (perf_counter_ns),
+    # Triton's HTTP_RECV_START and HTTP_RECV_END; 0 otherwise.
+    recv_start: int = 0
+    recv_end: int = 0
+    # The trace of the request, when the handler sampled it: the connection records HTTP_SEND_START and
+    # HTTP_SEND_END around the writing of the response (of each piece of a streamed one, as Triton does
+    # for each response of generate_stream), and then closes it.
+    trace: RequestTrace | None = None
 
 
 @dataclass(slots=True)
@@ -63,6 +76,14 @@ class HttpResponse:
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+class Tracing(Protocol):
+    """Whether requests may be traced now (the trace manager's flag): their receive times are taken."""
+
+    active: bool
+
+
 # Answers a request the connection refuses before the handler sees it (bad syntax, too large).
 ErrorResponse = Callable[[int, str], HttpResponse]
 
@@ -136,8 +157,10 @@ class HttpServer:
         error_response: ErrorResponse,
         max_body_size: int,
         keep_alive_timeout_s: float = KEEP_ALIVE_TIMEOUT_S,
+        tracing: Tracing | None = None,
     ) -> None:
         self._keep_alive_timeout_s = keep_alive_timeout_s
+        self._tracing = tracing
         self._handler = handler
         self._error_response = error_response
         self._max_body_size = max_body_size
@@ -229,6 +252,7 @@ class _Connection(asyncio.Protocol):
         self._tail = b""  # the end of the previous read, for a chunk-size line split across reads
         self._body: list[bytes] = []
         self._body_size = 0
+        self._recv_start = 0
         self._refused = False
         self._dropped = 0  # bytes read and dropped after a refusal
 
@@ -332,6 +356,8 @@ class _Connection(asyncio.Protocol):
         self._head_size = 0
         self._body = []
         self._body_size = 0
+        tracing = self._server._tracing
+        self._recv_start = time.perf_counter_ns() if tracing is not None and tracing.active else 0
 
     def on_url(self, url: bytes) -> None:
         if self._refused:
@@ -393,6 +419,9 @@ class _Connection(asyncio.Protocol):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         method = self._parser.get_method().decode("latin-1")
         request = HttpRequest(method, path, query, self._headers, body)
+        if self._recv_start:
+            request.recv_start = self._recv_start
+            request.recv_end = time.perf_counter_ns()
         keep_alive = self._parser.should_keep_alive()
         if not self._busy:
             self._serve(request, keep_alive)
@@ -411,21 +440,30 @@ class _Connection(asyncio.Protocol):
 
     async def _answer(self, request: HttpRequest, keep_alive: bool) -> None:
         try:
-            response = await self._server._handler(request)
-        except asyncio.CancelledError:
-            self._finish()
-            raise
-        except Exception:  # the handler answers its own errors; this is a bug, not a client mistake
-            log.exception("unexpected error answering %s %s", request.method, request.path)
-            response = self._server._error_response(500, "internal error")
-        if response.stream is None:
-            self._write(response, keep_alive and not self.closing)
-        else:
             try:
-                await self._write_stream(response, keep_alive and not self.closing)
+                response = await self._server._handler(request)
             except asyncio.CancelledError:
                 self._finish()
                 raise
+            except Exception:  # the handler answers its own errors; this is a bug, not a client mistake
+                log.exception("unexpected error answering %s %s", request.method, request.path)
+                response = self._server._error_response(500, "internal error")
+            trace = request.trace
+            if response.stream is None:
+                if trace is not None:
+                    trace.now(HTTP_SEND_START)
+                self._write(response, keep_alive and not self.closing)
+                if trace is not None:
+                    trace.now(HTTP_SEND_END)  # handed to the transport, which sends it as the socket allows
+            else:
+                try:
+                    await self._write_stream(response, keep_alive and not self.closing, trace)
+                except asyncio.CancelledError:
+                    self._finish()
+                    raise
+        finally:
+            if request.trace is not None:  # answered, failed or cancelled: the trace is complete
+                request.trace.close()
         self._finish()
         if not keep_alive or self.closing:
             self._close()
@@ -459,7 +497,9 @@ class _Connection(asyncio.Protocol):
         else:
             transport.writelines([b"".join(lines), body])
 
-    async def _write_stream(self, response: HttpResponse, keep_alive: bool) -> None:
+    async def _write_stream(
+        self, response: HttpResponse, keep_alive: bool, trace: RequestTrace | None = None
+    ) -> None:
         """The head, then each piece as a chunk as soon as it comes; the iterator is closed in any case."""
         stream = response.stream
         assert stream is not None
@@ -476,7 +516,11 @@ class _Connection(asyncio.Protocol):
                 if transport is None:
                     return
                 if piece:
+                    if trace is not None:
+                        trace.now(HTTP_SEND_START)
                     transport.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    if trace is not None:
+                        trace.now(HTTP_SEND_END)
                 if self._writing_paused:
                     self._drain_waiter = self._loop.create_future()
                     await self._drain_waiter
