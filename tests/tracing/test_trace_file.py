@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -292,3 +293,72 @@ def test_stream_requests_are_traced(tmp_path: Path, repository: Path, stopping: 
     for trace in traces.values():
         _in_order(trace, MODEL_ORDER)
         _in_order(trace, GRPC_ORDER)
+
+
+REPEAT_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            count = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            sender = request.get_response_sender()
+            for index in range(count):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([index], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def _named(records: list[dict[str, Any]]) -> dict[int, list[str]]:
+    """Each trace's timestamp names in the order written, repeats kept."""
+    names: dict[int, list[str]] = {}
+    for record in records:
+        for stamp in record.get("timestamps", []):
+            names.setdefault(record["id"], []).append(stamp["name"])
+    return names
+
+
+def _post(server: RunningServer, path: str, body: dict[str, Any]) -> bytes:
+    request = urllib.request.Request(f"http://{server.url}{path}", data=json.dumps(body).encode())
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return bytes(answer.read())
+
+
+def test_generate_and_generate_stream_are_traced_as_triton_traces_them(
+    tmp_path: Path, repository: Path, stopping: list[RunningServer]
+) -> None:
+    """generate: the frontend's and the model's timestamps, as for infer. generate_stream: each response
+    adds INFER_RESPONSE_COMPLETE and HTTP_SEND_START/END; the final flag alone only the former."""
+    (repository / "repeat" / "1").mkdir(parents=True)
+    (repository / "repeat" / "1" / "model.py").write_text(REPEAT_MODEL)
+    (repository / "repeat" / "config.pbtxt").write_text(
+        'name: "repeat"\nbackend: "python"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n'
+        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+    )
+    server, trace_file = _serve(tmp_path, repository, stopping)
+    answer = json.loads(
+        _post(
+            server, "/v2/models/simple/generate", {"INPUT0": list(range(16)), "INPUT1": [1] * 16, "id": "g"}
+        )
+    )
+    assert answer["OUTPUT0"] == list(range(1, 17))
+    events = _post(server, "/v2/models/repeat/generate_stream", {"IN": 2, "id": "s"})
+    assert events.count(b"data: ") == 2
+    records = _stop_and_read(server, trace_file)
+    traces, named = _traces(records), _named(records)
+    assert sorted(traces) == [1, 2]
+    generated, streamed = traces[1], traces[2]
+    assert (generated["model_name"], generated["request_id"]) == ("simple", "g")
+    _in_order(generated, MODEL_ORDER)
+    _in_order(generated, HTTP_ORDER)
+    assert named[1].count("INFER_RESPONSE_COMPLETE") == 1
+    assert (streamed["model_name"], streamed["request_id"]) == ("repeat", "s")
+    _in_order(streamed, ("HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START", "QUEUE_START"))
+    sends = [n for n in named[2] if n in ("INFER_RESPONSE_COMPLETE", "HTTP_SEND_START", "HTTP_SEND_END")]
+    assert sends == ["INFER_RESPONSE_COMPLETE", "HTTP_SEND_START", "HTTP_SEND_END"] * 2 + [
+        "INFER_RESPONSE_COMPLETE"
+    ]

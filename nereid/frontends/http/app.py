@@ -167,6 +167,8 @@ class HttpFrontend:
                 if action == "generate" or action == "generate_stream":
                     _allow(method, "POST")
                     generate_request = decode_generate_request(engine, name, version, request.body)
+                    if request.recv_start:  # tracing is on
+                        generate_request.trace = self._sample(name, request)
                     if action == "generate":
                         return await generate(engine, generate_request), False
                     return await event_stream(engine, generate_request, flat=True), False

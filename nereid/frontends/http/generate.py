@@ -25,6 +25,7 @@ from nereid.engine_client import EngineClient
 from nereid.errors import InternalError, InvalidArgument
 from nereid.frontends.http.codec import decode_infer_request, encode_infer_response, error_body
 from nereid.frontends.http.protocol import HttpResponse
+from nereid.tracing.trace import INFER_RESPONSE_COMPLETE, RequestTrace
 from nereid.types import InferRequest, InferResponse, StreamEvent
 
 _JSON = (b"content-type", b"application/json")
@@ -171,8 +172,25 @@ async def _first(events: AsyncGenerator[StreamEvent, None]) -> StreamEvent | Non
         raise
 
 
-async def generate(engine: EngineClient, request: InferRequest) -> HttpResponse:
+def _events(engine: EngineClient, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
     events = engine.infer_stream(request)
+    return events if request.trace is None else _traced(events, request.trace)
+
+
+async def _traced(
+    events: AsyncGenerator[StreamEvent, None], trace: RequestTrace
+) -> AsyncGenerator[StreamEvent, None]:
+    """Each response (the final flag alone too) as it comes: INFER_RESPONSE_COMPLETE, as Triton records."""
+    try:
+        async for event in events:
+            trace.now(INFER_RESPONSE_COMPLETE)
+            yield event
+    finally:
+        await events.aclose()
+
+
+async def generate(engine: EngineClient, request: InferRequest) -> HttpResponse:
+    events = _events(engine, request)
     first = await _first(events)
     try:
         if first is not None and first.error is not None:
@@ -190,7 +208,7 @@ async def generate(engine: EngineClient, request: InferRequest) -> HttpResponse:
 
 async def event_stream(engine: EngineClient, request: InferRequest, flat: bool) -> HttpResponse:
     """Server-sent events: generate_stream's (`flat`) or streamed infer's (infer response bodies)."""
-    events = engine.infer_stream(request)
+    events = _events(engine, request)
     first = await _first(events)
     status = 400 if first is not None and first.error is not None else 200
     return HttpResponse(status, b"", [_EVENTS], stream=_sse(first, events, request, flat))
