@@ -248,16 +248,23 @@ class TritonPythonModel:
 """
 
 
+def _python_model(repository: Path, name: str, code: str, config: str) -> None:
+    (repository / name / "1").mkdir(parents=True)
+    (repository / name / "1" / "model.py").write_text(code)
+    (repository / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n{config}')
+
+
 def _bls_model(repository: Path, mode: str, code: str) -> None:
     """bls_simple: a Python model (in `mode`) that calls 'simple' through BLS."""
-    (repository / "bls_simple" / "1").mkdir(parents=True)
-    (repository / "bls_simple" / "1" / "model.py").write_text(code)
-    (repository / "bls_simple" / "config.pbtxt").write_text(
-        'name: "bls_simple"\nbackend: "python"\nmax_batch_size: 8\n'
+    _python_model(
+        repository,
+        "bls_simple",
+        code,
+        "max_batch_size: 8\n"
         'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, '
         '{ name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
-        f'parameters {{ key: "EXECUTION_MODE" value {{ string_value: "{mode}" }} }}\n'
+        f'parameters {{ key: "EXECUTION_MODE" value {{ string_value: "{mode}" }} }}\n',
     )
 
 
@@ -332,12 +339,13 @@ def test_generate_and_generate_stream_are_traced_as_triton_traces_them(
 ) -> None:
     """generate: the frontend's and the model's timestamps, as for infer. generate_stream: each response
     adds INFER_RESPONSE_COMPLETE and HTTP_SEND_START/END; the final flag alone only the former."""
-    (repository / "repeat" / "1").mkdir(parents=True)
-    (repository / "repeat" / "1" / "model.py").write_text(REPEAT_MODEL)
-    (repository / "repeat" / "config.pbtxt").write_text(
-        'name: "repeat"\nbackend: "python"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n'
+    _python_model(
+        repository,
+        "repeat",
+        REPEAT_MODEL,
+        "max_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n"
         'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n',
     )
     server, trace_file = _serve(tmp_path, repository, stopping)
     answer = json.loads(
