@@ -76,9 +76,10 @@ def receiver() -> Iterator[_Receiver]:
 
 
 @pytest.fixture
-def nereid(tmp_path: Path, receiver: _Receiver) -> Iterator[RunningServer]:
+def nereid(tmp_path: Path, receiver: _Receiver, request: pytest.FixtureRequest) -> Iterator[RunningServer]:
+    """Nereid exporting to `receiver`; its BLS model runs in the execution mode given as the parameter."""
     repository = _repository(tmp_path / "models")
-    _bls_model(repository, "thread", BLS_MODEL)
+    _bls_model(repository, getattr(request, "param", "thread"), BLS_MODEL)
     server = start_nereid(
         repository,
         tmp_path / "nereid.log",
@@ -158,6 +159,7 @@ def test_spans_follow_the_client_context_through_an_ensemble(
     assert "GRPC_WAITREAD_START" in _events(grpc_spans["InferRequest"])
 
 
+@pytest.mark.parametrize("nereid", ["process", "thread"], indirect=True)
 def test_a_bls_call_is_a_child_span_of_its_caller(nereid: RunningServer, receiver: _Receiver) -> None:
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
     with httpclient.InferenceServerClient(nereid.url) as client:
