@@ -252,6 +252,7 @@ class _Connection(asyncio.Protocol):
         self._tail = b""  # the end of the previous read, for a chunk-size line split across reads
         self._body: list[bytes] = []
         self._body_size = 0
+        self._tracing = server._tracing
         self._recv_start = 0
         self._refused = False
         self._dropped = 0  # bytes read and dropped after a refusal
@@ -356,7 +357,7 @@ class _Connection(asyncio.Protocol):
         self._head_size = 0
         self._body = []
         self._body_size = 0
-        tracing = self._server._tracing
+        tracing = self._tracing
         self._recv_start = time.perf_counter_ns() if tracing is not None and tracing.active else 0
 
     def on_url(self, url: bytes) -> None:
