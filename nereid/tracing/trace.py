@@ -93,7 +93,8 @@ class RequestTrace:
         # Raw values, formatted in bulk when the setting writes (None: that level is not traced):
         # who the request was for, timestamps in the order taken (name, ns, name, ns, ...: one list, no
         # tuple each; a pair is added by one `+=`, whole even where threads race), and TENSORS records.
-        self.head: tuple[str, int, str] | None = None
+        # the model's record: its name, version, request id, and how many timestamps come before it
+        self.head: tuple[str, int, str, int] | None = None
         level = setting.level
         self.stamps: list[str | int] | None = [] if level & LEVEL_TIMESTAMPS else None
         self.tensors: list[bytes] | None = [] if level & LEVEL_TENSORS else None
@@ -144,7 +145,7 @@ class RequestTrace:
         """The request reached its model: who it is for, then REQUEST_START."""
         stamps = self.stamps
         if stamps is not None:
-            self.head = (model_name, model_version, request_id)
+            self.head = (model_name, model_version, request_id, len(stamps) // 2)
             stamps += ("REQUEST_START", ns)
 
     def queue_start(self, ns: int, inputs: Iterable[InferTensor]) -> None:
@@ -204,7 +205,8 @@ class TraceFormatter:
 
     def __init__(self) -> None:
         self._stamps: dict[tuple[str, ...], bytes] = {}  # timestamp names -> their records' template
-        self._headed: dict[tuple[str, int, tuple[str, ...]], bytes] = {}  # the model's record, then them
+        # the model's record among them: (model name, version, timestamps before it, names) -> template
+        self._headed: dict[tuple[str, int, int, tuple[str, ...]], bytes] = {}
         self._names: dict[str, bytes] = {}  # model name -> its JSON string
 
     def records(self, traces: Iterable[RequestTrace]) -> bytes:
@@ -219,17 +221,26 @@ class TraceFormatter:
         values: list[Any] = trace.stamps[:] if trace.stamps else []
         names = tuple(values[0::2])
         values[0::2] = [trace_id] * len(names)
-        if head is not None and not head[2] and not trace.parent_id:
-            key = (head[0], head[1], names)
-            template = self._headed.get(key)
-            if template is None:
-                template = self._headed[key] = self._head_template(head[0], head[1], names)
-            records = template % (trace_id, *values)
-        else:
+        if head is None:
             records = self._stamps_template(names) % tuple(values) if names else b""
-            if head is not None:
-                model = self._head(trace_id, trace.parent_id, *head)
-                records = model + b"," + records if records else model
+        else:
+            # The model's record goes where it was taken, after the frontend's receive times, as Triton
+            # writes it.
+            model_name, version, request_id, before = head
+            if not request_id and not trace.parent_id:
+                key = (model_name, version, before, names)
+                template = self._headed.get(key)
+                if template is None:
+                    template = self._headed[key] = self._head_template(model_name, version, before, names)
+                values.insert(2 * before, trace_id)  # the model record's id
+                records = template % tuple(values)
+            else:
+                parts = [self._head(trace_id, trace.parent_id, model_name, version, request_id)]
+                if before:
+                    parts.insert(0, self._stamps_template(names[:before]) % tuple(values[: 2 * before]))
+                if before < len(names):
+                    parts.append(self._stamps_template(names[before:]) % tuple(values[2 * before :]))
+                records = b",".join(parts)
         if trace.tensors:
             records = b",".join([records, *trace.tensors] if records else trace.tensors)
         return records
@@ -243,9 +254,14 @@ class TraceFormatter:
             )
         return template
 
-    def _head_template(self, model_name: str, version: int, names: tuple[str, ...]) -> bytes:
+    def _head_template(self, model_name: str, version: int, before: int, names: tuple[str, ...]) -> bytes:
+        """The timestamps' records with the model's record after the first `before` of them."""
         model = b'{"id":%%d,"model_name":%s,"model_version":%d}' % (_escaped(model_name), version)
-        return model + b"," + self._stamps_template(names) if names else model
+        parts = [self._stamps_template(names[:before])] if before else []
+        parts.append(model)
+        if before < len(names):
+            parts.append(self._stamps_template(names[before:]))
+        return b",".join(parts)
 
     def _head(self, trace_id: int, parent_id: int, model_name: str, version: int, request_id: str) -> bytes:
         name = self._names.get(model_name)

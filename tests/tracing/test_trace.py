@@ -34,38 +34,46 @@ def _records(data: bytes) -> list[dict[str, Any]]:
     return records
 
 
-def test_records_have_tritons_shape(tmp_path: Path) -> None:
+def _stamp(trace_id: int, name: str, ns: int) -> dict[str, Any]:
+    return {"id": trace_id, "timestamps": [{"name": name, "ns": ns}]}
+
+
+def test_records_have_tritons_shape_and_order(tmp_path: Path) -> None:
+    """One record per timestamp, in the order taken; the model's record where the request reached its
+    model (after the frontend's receive times), as Triton writes them."""
     manager = _manager(tmp_path)
     trace = _sample(manager)
     trace.timestamp("HTTP_RECV_START", 5)
+    trace.timestamp("HTTP_RECV_END", 6)
     trace.request_start('a "quoted" model %d', 3, "req\n1", 10)
     trace.queue_start(11, ())
     trace.compute(12, 13)
-    trace.request_end()
     child = trace.child()
     child.request_start("step", 1, "", 20)
-    records = _records(TraceFormatter().records([trace, child]))
-    assert records[0] == {
-        "id": 1,
-        "model_name": 'a "quoted" model %d',
-        "model_version": 3,
-        "request_id": "req\n1",
-    }
-    stamps = [r for r in records[1:] if r["id"] == 1]
-    assert all(set(r) == {"id", "timestamps"} and len(r["timestamps"]) == 1 for r in stamps)
-    named = [(r["timestamps"][0]["name"], r["timestamps"][0]["ns"]) for r in stamps]
-    assert named[:6] == [
-        ("HTTP_RECV_START", 5),
-        ("REQUEST_START", 10),
-        ("QUEUE_START", 11),
-        ("COMPUTE_START", 12),
-        ("COMPUTE_INPUT_END", 12),
-        ("COMPUTE_OUTPUT_START", 13),
+    plain = _sample(manager)
+    plain.timestamp("HTTP_RECV_START", 30)
+    plain.request_start("m", 1, "", 31)
+    plain.timestamp("HTTP_SEND_END", 32)
+    records = _records(TraceFormatter().records([trace, child, plain]))
+    model = {"id": 1, "model_name": 'a "quoted" model %d', "model_version": 3, "request_id": "req\n1"}
+    assert records[:8] == [
+        _stamp(1, "HTTP_RECV_START", 5),
+        _stamp(1, "HTTP_RECV_END", 6),
+        model,
+        _stamp(1, "REQUEST_START", 10),
+        _stamp(1, "QUEUE_START", 11),
+        _stamp(1, "COMPUTE_START", 12),
+        _stamp(1, "COMPUTE_INPUT_END", 12),
+        _stamp(1, "COMPUTE_OUTPUT_START", 13),
     ]
-    assert [name for name, _ in named[6:]] == ["COMPUTE_END", "REQUEST_END"]
-    assert records[-2:] == [
+    assert records[8]["timestamps"][0]["name"] == "COMPUTE_END"  # when the results are back: now
+    assert records[9:] == [
         {"id": 2, "model_name": "step", "model_version": 1, "parent_id": 1},
-        {"id": 2, "timestamps": [{"name": "REQUEST_START", "ns": 20}]},
+        _stamp(2, "REQUEST_START", 20),
+        _stamp(3, "HTTP_RECV_START", 30),
+        {"id": 3, "model_name": "m", "model_version": 1},
+        _stamp(3, "REQUEST_START", 31),
+        _stamp(3, "HTTP_SEND_END", 32),
     ]
 
 
@@ -78,7 +86,7 @@ def test_the_same_sequence_of_names_reuses_its_template_and_others_get_theirs(tm
         for index, name in enumerate(names):
             trace.timestamp(name, trace.id * 10 + index)
         traces.append(trace)
-    traces[1].head = traces[2].head = ("50% %d", 2, "")  # the model's record joins the template
+    traces[1].head = traces[2].head = ("50% %d", 2, "", 1)  # the model's record joins the template
     records = _records(formatter.records(traces))
     heads = [r for r in records if "model_name" in r]
     assert heads == [{"id": i, "model_name": "50% %d", "model_version": 2} for i in (2, 3)]
