@@ -3,8 +3,9 @@ calls), each a `RequestTrace` with an id of its own and its parent's id, all han
 sampled them when the last of them closes (Triton's TraceManager::Trace).
 
 The request path only keeps raw values: a timestamp is a name and an int added to a flat list, the
-model a request is for three plain fields. Nothing is formatted until the setting writes a batch of
-traces (`trace_records`), in bulk and off the request path.
+model's record a few plain fields. Nothing is formatted until the setting writes a batch of traces,
+all at once (`TraceFormatter`): one request in `log-frequency` pays for the batch, the others for
+nothing but their values.
 
 Timestamps are `time.perf_counter_ns()` values, which on Linux read CLOCK_MONOTONIC, the clock Triton's
 steady_clock timestamps come from.
