@@ -159,6 +159,27 @@ def test_a_file_that_is_not_an_image_is_the_clients_error(server: RunningServer,
     ]
 
 
+def _detector_counts(server: RunningServer) -> tuple[int, int]:
+    with httpclient.InferenceServerClient(server.url) as client:
+        stats = client.get_inference_statistics("text_detection")["model_stats"][0]
+    return int(stats["inference_count"]), int(stats["execution_count"])
+
+
+def test_pages_run_one_at_a_time_in_the_server_process(server: RunningServer) -> None:
+    """The example's CPU-saving settings: the detector runs each page alone (a batch of large pages
+    costs more CPU per page), and the Python steps run in the server process, not in workers."""
+    pages = [_image("english-lines"), _image("chinese-lines")] * 3
+    before = _detector_counts(server)
+    with concurrent.futures.ThreadPoolExecutor(len(pages)) as pool:
+        results = list(pool.map(lambda page: _read(server, "ocr", "http", page), pages))
+    assert [len(r) for r in results] == [2] * len(pages)
+    after = _detector_counts(server)
+    assert (after[0] - before[0], after[1] - before[1]) == (len(pages), len(pages))
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+    if children.exists():
+        assert children.read_text().split() == []
+
+
 @pytest.fixture
 def patient_server(tmp_path: Path) -> Iterator[RunningServer]:
     """The example, with a recogniser that waits up to 2 s for 4 crops (two pages) before it runs."""

@@ -12,7 +12,10 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 CLS_THRESH = 0.9
-WIDTH_STEP = 160
+# The recogniser's CPU grows with the padded width; a step of 32 px wastes at most 31 columns a crop, and
+# at 160 the padding cost about 6% more CPU per page (English lines of ~500 px were run at 640) while
+# pages rarely met in one batch anyway.
+WIDTH_STEP = 32
 
 
 def orient(cls_probs, crops, widths):
