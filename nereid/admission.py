@@ -21,7 +21,7 @@ from nereid.backends.responses import ResponseStream
 from nereid.cache import CacheKey, cache_key
 from nereid.classification import classify
 from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
-from nereid.errors import InvalidArgument, QueueFull, QueueTimeout, request_prefix
+from nereid.errors import InputDataError, InvalidArgument, QueueFull, QueueTimeout, request_prefix
 from nereid.repository.model import ModelVersion
 from nereid.request_checks import backend_inputs, backend_request, inputs_batch_size, requested_outputs
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
@@ -251,12 +251,18 @@ def _failure_reason(exc: BaseException) -> str:
 def _read_shared_memory_inputs(
     registry: SharedMemoryRegistry, model: ModelVersion, request: InferRequest
 ) -> None:
+    data_error: InputDataError | None = None  # the last input's, as Triton reports it
     for tensor in request.inputs:
         if tensor.shared_memory is not None:
             view = registry.view(tensor.shared_memory)
-            tensor.data = tensor_from_bytes(
-                view, tensor.datatype, tensor.shape, tensor.name, model.name, request_prefix(request.id)
-            )
+            try:
+                tensor.data = tensor_from_bytes(
+                    view, tensor.datatype, tensor.shape, tensor.name, model.name, request_prefix(request.id)
+                )
+            except InputDataError as exc:
+                data_error = exc
+    if data_error is not None:
+        raise data_error
 
 
 def _output_tensor(model: ModelVersion, requested: RequestedOutput, array: np.ndarray) -> InferTensor:

@@ -108,7 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-metrics", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--metrics-address", default="0.0.0.0")
     p.add_argument("--metrics-port", type=int, default=8002)
-    p.add_argument("--model-control-mode", default="none", choices=["none", "explicit", "poll"])
+    # Triton takes the mode in any case (its QA scripts pass POLL and EXPLICIT)
+    p.add_argument(
+        "--model-control-mode", type=str.lower, default="none", choices=["none", "explicit", "poll"]
+    )
     p.add_argument("--load-model", action="append", default=[], metavar="NAME", help="'*' loads every model")
     p.add_argument("--metrics-interval-ms", type=int, default=2000)
     p.add_argument("--allow-cpu-metrics", type=_bool, default=True, metavar="BOOL")

@@ -8,7 +8,7 @@ import struct
 import ml_dtypes
 import numpy as np
 
-from nereid.errors import InvalidArgument
+from nereid.errors import InputDataError, InvalidArgument
 
 # Wire datatype -> numpy dtype (little-endian, as the binary tensor extension requires).
 _NUMPY: dict[str, np.dtype] = {
@@ -77,15 +77,17 @@ def deserialize_bytes(
     pos = 0
     while pos < end:
         if pos + 4 > end:
-            raise InvalidArgument(
+            raise InputDataError(
                 f"{prefix}incomplete string length indicator for inference input '{tensor}'{of_model}, expecting "
                 f"4 bytes but only {end - pos} bytes available. Please make sure the string length indicator is "
                 "in one buffer."
             )
+        if len(items) == count:  # Triton stops at the first element past the shape
+            check_string_count(count + 1, count, tensor, model, prefix)
         (length,) = struct.unpack_from("<I", view, pos)
         pos += 4
         if pos + length > end:
-            raise InvalidArgument(
+            raise InputDataError(
                 f"incomplete string data for inference input '{tensor}', expecting string of length {length} "
                 f"but only {end - pos} bytes available"
             )
@@ -98,16 +100,17 @@ def deserialize_bytes(
 
 
 def check_string_count(found: int, count: int, tensor: str, model: str, prefix: str) -> None:
-    """A BYTES input must hold as many elements as its shape: Triton's two texts for too few, too many."""
+    """A BYTES input must hold as many elements as its shape: Triton's two texts for too few, too many.
+    Too many is reported as one past the shape, the element at which Triton stops counting."""
     of_model = f" for model '{model}'" if model else ""
     if found < count:
-        raise InvalidArgument(
+        raise InputDataError(
             f"{prefix}expected {count} string elements for inference input '{tensor}'{of_model}, got {found}"
         )
     if found > count:
-        raise InvalidArgument(
-            f"{prefix}unexpected number of string elements {found} for inference input '{tensor}'{of_model}, "
-            f"expecting {count}"
+        raise InputDataError(
+            f"{prefix}unexpected number of string elements {count + 1} for inference input '{tensor}'"
+            f"{of_model}, expecting {count}"
         )
 
 
@@ -147,7 +150,7 @@ def tensor_from_bytes(
         return deserialize_bytes(buffer, count, name, model_name, prefix).reshape(shape)
     expected = count * element_size(datatype)
     if len(buffer) != expected:
-        raise InvalidArgument(
+        raise InputDataError(
             f"{prefix}input byte size mismatch for input '{name}' for model '{model_name}'. Expected {expected}, "
             f"got {len(buffer)}"
         )

@@ -138,14 +138,21 @@ class Engine:
             insert_start = time.perf_counter_ns()
             await cache.insert(key, outputs)
             model.statistics.record_cache_miss(lookup_ns + time.perf_counter_ns() - insert_start)
-        return self._response(model, request, outputs)
+        return self._response(model, request, outputs, getattr(results, "parameters", None))
 
     @staticmethod
-    def _response(model: ModelVersion, request: InferRequest, outputs: list[InferTensor]) -> InferResponse:
+    def _response(
+        model: ModelVersion,
+        request: InferRequest,
+        outputs: list[InferTensor],
+        parameters: dict[str, Any] | None = None,
+    ) -> InferResponse:
         if model.ensemble:  # Triton echoes the sequence controls in an ensemble's response
             return InferResponse(
                 model.name, model.version_text, outputs, request.id, request.sequence_parameters()
             )
+        if parameters:  # the backend's own response parameters
+            return InferResponse(model.name, model.version_text, outputs, request.id, parameters)
         return InferResponse(model.name, model.version_text, outputs, request.id)
 
     async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:

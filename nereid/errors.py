@@ -34,6 +34,12 @@ class InvalidArgument(NereidError):
     status = Status.INVALID_ARG
 
 
+class InputDataError(InvalidArgument):
+    """An input's data does not fit its shape and data type. Triton checks the data of all inputs after the
+    rest of the request, in the reverse of their order in the request (its map of inputs iterates so), so
+    frontends keep decoding the other inputs and report the last such error."""
+
+
 class NotFound(NereidError):
     status = Status.NOT_FOUND
 

@@ -141,6 +141,12 @@ def test_model_control_flags() -> None:
     assert warnings == ["--load-model has no effect unless --model-control-mode=explicit"]
 
 
+@pytest.mark.parametrize(("given", "mode"), [("POLL", "poll"), ("Explicit", "explicit"), ("NONE", "none")])
+def test_the_model_control_mode_is_taken_in_any_case(given: str, mode: str) -> None:
+    settings, _ = parse_settings(["--model-repository=/a", f"--model-control-mode={given}"])
+    assert settings.model_control_mode == mode
+
+
 def test_grpc_flags() -> None:
     settings, warnings = parse_settings(
         [

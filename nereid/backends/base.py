@@ -21,6 +21,18 @@ if TYPE_CHECKING:
     from nereid.tracing.trace import RequestTrace
 
 Outputs = dict[str, np.ndarray]
+
+
+class OutputsWithParameters(dict[str, np.ndarray]):
+    """Outputs whose response also carries parameters of the backend's own (Triton's response parameters)."""
+
+    __slots__ = ("parameters",)
+
+    def __init__(self, outputs: Outputs, parameters: dict[str, Any]) -> None:
+        super().__init__(outputs)
+        self.parameters = parameters
+
+
 # What an instance returns for one request: its outputs, or the error that fails that request alone.
 BackendResult = Outputs | NereidError
 # How an AsyncModelInstance reports an execution: one result per request, or what failed them all.

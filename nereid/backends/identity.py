@@ -9,19 +9,37 @@ Parameters (config `parameters`), as Triton's identity backend reads them:
 
 An optional INPUT<k> left out of a request gives an OUTPUT<k> of zeros with the input's configured shape
 (variable dimensions as 1), batched like the request.
+
+Like Triton's, it also shows off what backends can do beyond tensors: each response carries four example
+parameters (`RESPONSE_PARAMETERS`), the custom counter `input_byte_size_counter` adds up the byte sizes of
+the inputs each model version received, and at verbose level 1 each input is logged with its byte size.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
+from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs, OutputsWithParameters
 from nereid.backends.builtin import BuiltinBackend, config_error, sleep_ms, tensor_dims
 from nereid.backends.framework import int_parameter, numpy_type, per_request
+from nereid.custom_metrics import COUNTER, CustomMetrics
+from nereid.datatypes import as_bytes
 from nereid.errors import Unsupported
+
+log = logging.getLogger(__name__)
+
+# One of each parameter type, the values clients of Triton's identity backend check for.
+RESPONSE_PARAMETERS = {
+    "param0": "an example string parameter",
+    "param1": 42,
+    "param2": False,
+    "param3": 123.123,
+}
+BYTE_SIZE_METRIC = "input_byte_size_counter"
 
 
 class IdentityBackend(BuiltinBackend):
@@ -68,6 +86,9 @@ class IdentityBackend(BuiltinBackend):
 class IdentityInstance:
     def __init__(self, spec: InstanceSpec) -> None:
         config = spec.config
+        self._model = f"'{spec.model_name}' version {spec.version}"
+        registry = spec.custom_metrics
+        self._metrics = _ByteSizeCounter(registry, spec) if registry is not None else None
         self._batching = config.max_batch_size > 0
         delay = max(0, int_parameter(config, "execute_delay_ms", 0))
         multiplier = max(0, int_parameter(config, "instance_wise_delay_multiplier", 0))
@@ -86,6 +107,22 @@ class IdentityInstance:
         return per_request(requests, self._run)
 
     def _run(self, request: BackendRequest) -> Outputs:
+        received = 0
+        verbose = log.isEnabledFor(logging.DEBUG)
+        for name, array in request.inputs.items():
+            size = _byte_size(array)
+            received += size
+            if verbose:
+                log.debug(
+                    "identity model %s, request '%s': input %s, shape %s, byte_size = %d",
+                    self._model,
+                    request.id,
+                    name,
+                    list(array.shape),
+                    size,
+                )
+        if self._metrics is not None:
+            self._metrics.add(received)
         batch = 0
         if self._batching:
             for array in request.inputs.values():
@@ -105,10 +142,36 @@ class IdentityInstance:
                 )
             else:
                 raise Unsupported(f"failed to get input '{input_name}'")
-        return outputs
+        return OutputsWithParameters(outputs, RESPONSE_PARAMETERS)
 
     def close(self) -> None:
-        pass
+        if self._metrics is not None:
+            self._metrics.close()
+
+
+class _ByteSizeCounter:
+    """The instance's hold on its model version's series of `input_byte_size_counter`."""
+
+    def __init__(self, registry: CustomMetrics, spec: InstanceSpec) -> None:
+        self._registry = registry
+        self._family = registry.new_family(
+            BYTE_SIZE_METRIC, "Sum of the byte sizes of the inputs each model version was sent", COUNTER
+        )
+        labels = {"model": spec.model_name, "version": str(spec.version)}
+        self._metric = self._registry.new_metric(self._family, labels, None)
+
+    def add(self, byte_size: int) -> None:
+        self._registry.increment(self._metric, byte_size)
+
+    def close(self) -> None:
+        self._registry.delete_family(self._family)  # its metric handles go with it
+
+
+def _byte_size(array: np.ndarray) -> int:
+    """Bytes of a tensor as it travels: BYTES elements with their 4-byte length prefixes."""
+    if array.dtype == np.object_:
+        return sum(4 + len(as_bytes(item)) for item in array.reshape(-1))
+    return int(array.nbytes)
 
 
 def _instance_index(instance_name: str) -> int:

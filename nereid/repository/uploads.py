@@ -46,10 +46,21 @@ def checked_relative_path(model_name: str, key: str) -> PurePosixPath:
     return path
 
 
+# Clients (Triton's own tests among them) match these phrases, so they keep Triton's wording.
+EMPTY_NAME = "Model name cannot be empty. Please enter a valid name to deploy."
+TRAVERSAL_NAME = "model name must not contain path traversal characters"
+
+
 def check_model_name(name: str) -> None:
-    """A model name becomes a folder name: it may not climb out of or nest inside the repository."""
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-        raise InvalidArgument(f"'{name}' is not a valid model name: it must be a single folder name")
+    """A model name becomes a folder name: it may not be blank, nor climb out of or nest inside the
+    repository. Surrounding white space is ignored for the check, so ' ..' is refused like '..'."""
+    bare = name.strip()
+    if not bare:
+        raise InvalidArgument(f"'{name}' is not a valid model name: {EMPTY_NAME}")
+    if bare in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise InvalidArgument(
+            f"'{name}' is not a valid model name: {TRAVERSAL_NAME} (it must be a single folder name)"
+        )
     if len(name.encode()) > MAX_NAME_BYTES:
         raise InvalidArgument(
             f"'{name[:64]}...' is not a valid model name: it is longer than {MAX_NAME_BYTES} bytes"

@@ -4,6 +4,7 @@ backends found in --backend-directory."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 
@@ -337,3 +338,31 @@ def test_a_model_file_named_in_the_config_is_not_needed_by_a_builtin_backend(tmp
     model_dir(tmp_path, "seq", SEQUENCE + 'default_model_filename: "libtriton_sequence.so"\n')
     with serving(tmp_path) as engine:
         assert [r["state"] for r in engine.models.index() if r["name"] == "seq"] == ["READY"]
+
+
+def test_identity_answers_with_parameters_counts_input_bytes_and_logs_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from nereid.backends.identity import BYTE_SIZE_METRIC, RESPONSE_PARAMETERS
+    from nereid.types import InferRequest, InferTensor
+
+    model_dir(tmp_path, "identity", IDENTITY)
+    with serving(tmp_path) as engine:
+        strings = np.array([[b"abc"], [b""]], dtype=object)  # 4 + 3 and 4 + 0 bytes on the wire
+        tensors = [
+            InferTensor("INPUT0", "FP32", (2, 5), np.zeros((2, 5), np.float32)),
+            InferTensor("INPUT2", "BYTES", (2, 1), strings),
+        ]
+        with caplog.at_level(logging.DEBUG, logger="nereid.backends.identity"):
+            response = asyncio.run(engine.infer(InferRequest("identity", "", tensors, None, "r1")))
+        infer(engine, "identity", {"INPUT0": np.zeros((1, 3), np.float32)})  # 12 bytes more
+        (family,) = [f for f in engine.models.custom_metrics.snapshot() if f.name == BYTE_SIZE_METRIC]
+    assert response.parameters == RESPONSE_PARAMETERS
+    ((labels, series),) = family.series.items()
+    assert dict(labels) == {"model": "identity", "version": "1"}
+    assert series.value == 40 + 11 + 12
+    logged = [r.getMessage() for r in caplog.records if "byte_size = " in r.getMessage()]
+    assert any("input INPUT0" in m and m.endswith("byte_size = 40") for m in logged)
+    assert any("input INPUT2" in m and m.endswith("byte_size = 11") for m in logged)
+    # unloaded, the model's series goes
+    assert not [f for f in engine.models.custom_metrics.snapshot() if f.name == BYTE_SIZE_METRIC]

@@ -9,6 +9,7 @@ from nereid.repository.uploads import (
     MAX_FILE_DEPTH,
     MAX_NAME_BYTES,
     MAX_PATH_BYTES,
+    check_model_name,
     remove_model_folder,
     write_model_folder,
 )
@@ -36,3 +37,23 @@ def test_paths_at_the_limits_are_written() -> None:
         assert folder.joinpath(*deep.split("/")).read_bytes() == b"data"
     finally:
         remove_model_folder(folder)
+
+
+@pytest.mark.parametrize("name", ["", " ", "\t", "\n", "\v", "\f", " \t \n "])
+def test_a_blank_model_name_is_refused_as_empty(name: str) -> None:
+    with pytest.raises(InvalidArgument, match="Model name cannot be empty"):
+        check_model_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["..", ".", " ..", ".. ", "../etc", "a/../b", "/etc/passwd", "model/", "model/sub", "a\\b", "a\0b"],
+)
+def test_a_model_name_that_is_not_one_folder_is_refused_as_traversal(name: str) -> None:
+    with pytest.raises(InvalidArgument, match="must not contain path traversal characters"):
+        check_model_name(name)
+
+
+@pytest.mark.parametrize("name", ["model123", "model.version1", "...", "..my_model", "model..1", " padded "])
+def test_names_with_dots_inside_one_folder_name_are_accepted(name: str) -> None:
+    check_model_name(name)

@@ -16,7 +16,7 @@ from nereid.datatypes import (
     tensor_from_bytes,
     tensor_to_bytes,
 )
-from nereid.errors import InvalidArgument, request_prefix
+from nereid.errors import InputDataError, InvalidArgument, request_prefix
 from nereid.shared_memory import SharedMemoryRef
 from nereid.tensor_data import element_count
 from nereid.types import (
@@ -78,6 +78,7 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
     raw_count = len(raw)
     raw_used = 0  # raw contents go, in order, to the inputs that are not in shared memory
     inputs = request.inputs
+    data_error: InputDataError | None = None  # the last input's, as Triton reports it
     for tensor in message.inputs:
         name = tensor.name
         datatype = tensor.datatype
@@ -105,16 +106,24 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
             _check_shape(shape, name)
             if datatype not in WIRE_DATATYPES:
                 raise InvalidArgument(f"invalid datatype for input {name}")
-            data = tensor_from_bytes(raw[raw_used], datatype, shape, name, model_name, prefix)
+            try:
+                data = tensor_from_bytes(raw[raw_used], datatype, shape, name, model_name, prefix)
+            except InputDataError as exc:
+                data, data_error = _NO_DATA, exc
             raw_used += 1
         else:
-            data = _from_contents(tensor, datatype, shape, model_name, prefix)
+            try:
+                data = _from_contents(tensor, datatype, shape, model_name, prefix)
+            except InputDataError as exc:
+                data, data_error = _NO_DATA, exc
         inputs.append(InferTensor(name, datatype, shape, data, tensor_parameters))
     if raw_count > raw_used:
         raise InvalidArgument(
             f"unexpected additional input data for model '{model_name}': {raw_count} raw_input_contents for "
             f"{raw_used} inputs that take them"
         )
+    if data_error is not None:
+        raise data_error
     if message.outputs:
         request.outputs = [_requested_output(output) for output in message.outputs]
     return request
@@ -191,7 +200,7 @@ def _from_contents(
     dtype = numpy_dtype(datatype)
     if len(values) != count:
         size = element_size(datatype)
-        raise InvalidArgument(
+        raise InputDataError(
             f"{prefix}input byte size mismatch for input '{name}' for model '{model_name}'. Expected "
             f"{count * size}, got {len(values) * size}"
         )

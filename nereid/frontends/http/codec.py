@@ -15,7 +15,7 @@ from nereid.datatypes import (
     tensor_from_bytes,
     tensor_to_bytes,
 )
-from nereid.errors import InvalidArgument, request_prefix
+from nereid.errors import InputDataError, InvalidArgument, request_prefix
 from nereid.shared_memory import SharedMemoryRef
 from nereid.tensor_data import MAX_ELEMENTS, MAX_RANK, shape_too_large
 from nereid.types import (
@@ -94,12 +94,15 @@ def decode_infer_request(
         raise InvalidArgument("Unable to parse 'inputs': attempt to access JSON non-array as array")
     end = len(body)
     offset = start
+    data_errors: list[InputDataError] = []
     for raw in raw_inputs:
-        tensor, used = _decode_input(raw, body, offset, end, model_name, request_id)
+        tensor, used = _decode_input(raw, body, offset, end, model_name, request_id, data_errors)
         offset += used
         inputs.append(tensor)
     if offset != end:
         raise InvalidArgument(f"unexpected additional input data for model '{model_name}'")
+    if data_errors:
+        raise data_errors[-1]  # the last input's, as Triton reports it
     raw_outputs = document.get("outputs")
     if raw_outputs is not None:
         request.outputs = _decode_outputs(raw_outputs)
@@ -183,10 +186,16 @@ def _member(raw: dict[str, Any], key: str, kind: type, kind_text: str) -> Any:
 
 
 def _decode_input(
-    raw: Any, body: bytes, offset: int, end: int, model_name: str, request_id: str
+    raw: Any,
+    body: bytes,
+    offset: int,
+    end: int,
+    model_name: str,
+    request_id: str,
+    data_errors: list[InputDataError],
 ) -> tuple[InferTensor, int]:
     """One element of 'inputs', and how many bytes of binary data it takes from `body` at `offset`
-    (binary data ends at `end`)."""
+    (binary data ends at `end`). Binary data that does not fit the shape goes to `data_errors`."""
     if type(raw) is not dict:
         raise InvalidArgument(f"{_ONE_SOURCE}no field is set (each element of 'inputs' must be an object)")
     name = raw.get("name")
@@ -239,14 +248,18 @@ def _decode_input(
         # the common case in one step: an array over the body itself, shaped (half the cost of
         # frombuffer on a slice, then reshape)
         return InferTensor(name, datatype, shape, np.ndarray(shape, dtype, body, offset), parameters), size
-    data = tensor_from_bytes(
-        memoryview(body)[offset : offset + size],
-        datatype,
-        shape,
-        name,
-        model_name,
-        request_prefix(request_id),
-    )
+    try:
+        data = tensor_from_bytes(
+            memoryview(body)[offset : offset + size],
+            datatype,
+            shape,
+            name,
+            model_name,
+            request_prefix(request_id),
+        )
+    except InputDataError as exc:
+        data_errors.append(exc)
+        data = _NO_DATA
     return InferTensor(name, datatype, shape, data, parameters), size
 
 
