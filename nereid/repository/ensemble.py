@@ -69,7 +69,7 @@ def load_ensemble(
         result.failures[None] = exc.message
         return
     folders = version_folders(source.path)
-    wanted = select_versions(config.version_policy, list(folders))
+    wanted = select_versions(config.version_policy, list(folders), source.name)
     if not wanted:
         result.failures[None] = f"model '{name}' has no versions to load under its version policy"
     config_json = config_to_json(config)
