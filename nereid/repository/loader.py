@@ -48,6 +48,8 @@ class LoadResult:
     versions: dict[int, ModelVersion]
     failures: dict[int | None, str]  # None: the model as a whole failed (config, backend, ...)
     members: frozenset[str] | None = None  # an ensemble's composing models; None: not an ensemble
+    withdrawn: tuple[int, ...] = ()  # versions that loaded but were taken down because another failed
+    poll_failure: str | None = None  # the folder cannot be read as a model: it is left out, not failed
 
 
 def load_model(
@@ -74,6 +76,12 @@ def load_model(
         return result
     try:
         config, config_source = _source_config(source, settings, config_override)
+        if config_source.path is None and config_override is None and not settings.auto_complete_config:
+            # Nothing to complete a configuration from: Triton cannot poll such a folder, and leaves it
+            # out of the models it serves (and of strict readiness) rather than failing it.
+            missing = source.path / "config.pbtxt"
+            result.poll_failure = f"failed to open text file for read {missing}: No such file or directory"
+            return result
         if members is not None and is_ensemble(config):
             statistics = partial(model_statistics, settings, config)
             load_ensemble(source, config, config_source, members, result, serving, statistics)
@@ -84,7 +92,7 @@ def load_model(
         result.failures[None] = exc.message
         return result
     config_json = config_to_json(config)
-    wanted = select_versions(config.version_policy, list(folders))
+    wanted = select_versions(config.version_policy, list(folders), source.name)
     if not wanted:
         result.failures[None] = f"model '{source.name}' has no versions to load under its version policy"
     for version in wanted:
@@ -116,10 +124,24 @@ def load_model(
         except Exception as exc:  # a backend failing in an unforeseen way fails this version only
             log.exception("loading version %d of model '%s' failed", version, source.name)
             result.failures[version] = f"{type(exc).__name__}: {exc}"
+    if result.failures and result.versions:
+        _withdraw(result, serving or {})
     loaded = sorted(result.versions)
     for model_version in result.versions.values():
         model_version.metadata["versions"] = [str(v) for v in loaded]
     return result
+
+
+def _withdraw(result: LoadResult, serving: Mapping[int, ModelVersion]) -> None:
+    """As in Triton, a model serves only when every version its policy names has loaded: the versions
+    built by a load where another version failed are stopped again (versions kept from `serving` are not
+    ours to stop; the manager decides whether they go on serving)."""
+    kept = {id(model) for model in serving.values()}
+    for model_version in result.versions.values():
+        if id(model_version) not in kept:
+            model_version.stop()
+    result.withdrawn = tuple(sorted(result.versions))
+    result.versions = {}
 
 
 def _source_config(

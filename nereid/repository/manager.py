@@ -184,8 +184,16 @@ class ModelManager:
         return result
 
     def _register_loaded(self, source: ModelSource, result: LoadResult) -> None:
+        if result.poll_failure is not None:
+            log.error(
+                "failed to poll model '%s' from the model repository: %s", result.name, result.poll_failure
+            )
+            self._polled[result.name] = tree_fingerprint(source.path)
+            return
         _log_failures(result)
-        self._models[result.name] = _ModelEntry(result.name, result.versions, result.failures)
+        self._models[result.name] = _ModelEntry(
+            result.name, result.versions, result.failures, result.withdrawn
+        )
         self._polled[result.name] = tree_fingerprint(source.path)
         if result.members is not None:
             self._ensembles[result.name] = result.members
@@ -241,6 +249,8 @@ class ModelManager:
                 raise
             finally:
                 del self._transitions[name]
+            if result.poll_failure is not None:
+                raise PollFailed(name, result.poll_failure)
             _log_failures(result)
             # An ensemble failing its checks against members as they are now cannot keep serving either.
             keep_serving = result.members is None or None not in result.failures
@@ -251,7 +261,9 @@ class ModelManager:
                 raise InvalidArgument(
                     _load_failed(name, result) + "; the versions already loaded keep serving"
                 )
-            self._models[name] = _ModelEntry(name, result.versions, result.failures, uploaded=uploaded)
+            self._models[name] = _ModelEntry(
+                name, result.versions, result.failures, result.withdrawn, uploaded=uploaded
+            )
             self._cascaded.discard(name)
             if result.members is not None:
                 self._ensembles[name] = result.members
@@ -319,7 +331,7 @@ class ModelManager:
                 continue
             try:
                 self.load(member)
-            except (InvalidArgument, NotFound, Unavailable):
+            except (InvalidArgument, NotFound, Unavailable, PollFailed):
                 pass  # logged; the ensemble then fails naming the model it lacks
 
     def _reload_dependents(self, name: str) -> None:
@@ -389,7 +401,7 @@ class ModelManager:
             log.info("model '%s' changed on disk: loading it", name)
             try:
                 self.load(name)
-            except (InvalidArgument, NotFound, Unavailable) as exc:
+            except (InvalidArgument, NotFound, Unavailable, PollFailed) as exc:
                 log.error("%s", exc.message)
         for name in [n for n in self._models if n not in sources]:
             entry = self._models.get(name)

@@ -199,3 +199,21 @@ def _wait_for(condition: object, timeout: float = 10.0) -> bool:
         return False
     finally:
         deadline.cancel()
+
+
+def test_load_of_a_folder_without_config_fails_to_poll(repo: Path) -> None:
+    (repo / "alpha" / "config.pbtxt").unlink()
+    settings = ServerSettings(
+        model_repositories=(repo,), model_control_mode="explicit", auto_complete_config=False
+    )
+    manager = ModelManager(settings)
+    manager.start()
+    try:
+        with pytest.raises(
+            PollFailed, match="failed to poll from model repository: failed to open text file"
+        ):
+            manager.load("alpha")
+        assert {"name": "alpha"} in manager.index()  # listed, never loaded
+        assert manager.all_ready()
+    finally:
+        manager.stop()

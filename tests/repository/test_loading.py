@@ -45,7 +45,7 @@ def test_a_model_without_config_is_auto_completed(tmp_path: Path) -> None:
 
 
 def test_auto_complete_can_be_disabled(tmp_path: Path) -> None:
-    _model(tmp_path, "bare")
+    _model(tmp_path, "bare", config='platform: "onnxruntime_onnx"')
     manager = _manager(tmp_path, auto_complete_config=False)
     try:
         with pytest.raises(NotFound, match="no available versions"):
@@ -162,5 +162,58 @@ def test_onnxruntime_session_parameters(tmp_path: Path) -> None:
         assert options.graph_optimization_level.name == "ORT_ENABLE_EXTENDED"
         (row,) = [r for r in manager.index() if r["name"] == "bad_threads"]
         assert "'intra_op_thread_count' must be an integer, got 'many'" in row["reason"]
+    finally:
+        manager.stop()
+
+
+# The example model's whole configuration, for loads without auto-complete.
+_COMPLETE = 'platform: "onnxruntime_onnx" max_batch_size: 8\n' + "".join(
+    f'{kind} {{ name: "{kind.upper()}{i}" data_type: TYPE_INT32 dims: [16] }}\n'
+    for kind in ("input", "output")
+    for i in (0, 1)
+)
+
+
+def test_a_failed_version_takes_down_the_versions_that_loaded(tmp_path: Path) -> None:
+    path = _model(tmp_path, "half", (1, 3), _COMPLETE + "version_policy { all {} }")
+    (path / "3" / "model.onnx").write_bytes(b"not an onnx file")
+    manager = _manager(tmp_path, auto_complete_config=False)  # so only version 3 reads the broken file
+    try:
+        with pytest.raises(NotFound, match="'half' has no available versions"):
+            manager.get("half")
+        rows = {row["version"]: row for row in manager.index()}
+        assert rows["1"] == {"name": "half", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+        assert rows["3"]["state"] == "UNAVAILABLE" and rows["3"]["reason"] != "unloaded"
+        assert not manager.all_ready()
+    finally:
+        manager.stop()
+
+
+def test_a_specific_version_without_folder_does_not_fail_the_model(tmp_path: Path) -> None:
+    path = _model(
+        tmp_path, "m", (1, 3), 'platform: "onnxruntime_onnx" version_policy { specific { versions: [1, 3] } }'
+    )
+    (path / "3").rename(path / "003")  # not a version folder
+    manager = _manager(tmp_path)
+    try:
+        assert manager.get("m").version == 1
+        assert manager.all_ready()
+    finally:
+        manager.stop()
+
+
+def test_without_auto_complete_a_folder_without_config_is_left_out(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    _model(tmp_path, "bare")
+    _model(tmp_path, "good", config=_COMPLETE)
+    manager = _manager(tmp_path, auto_complete_config=False)
+    try:
+        with pytest.raises(NotFound, match="'bare' is not found"):
+            manager.get("bare")
+        assert manager.all_ready()  # not a model that failed: strict readiness holds
+        assert {"name": "bare"} in manager.index()
+        assert (
+            f"failed to open text file for read {tmp_path / 'bare' / 'config.pbtxt'}: No such file"
+            in caplog.text
+        )
     finally:
         manager.stop()
