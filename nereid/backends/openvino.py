@@ -76,8 +76,11 @@ class OpenVinoBackend:
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
         model = _prepare(config, _read(model_file))
-        padded = _batch_padding(config)
-        inputs, outputs = _tensors(model.inputs, padded), _tensors(model.outputs, padded)
+        # As Triton's OpenVINO backend checks them: for a batching model the first dimension is the batch,
+        # even where the graph fixes it (a model with a fixed batch serves that batch, or smaller ones with
+        # ENABLE_BATCH_PADDING).
+        batching = config.max_batch_size > 0
+        inputs, outputs = _tensors(model.inputs, batching), _tensors(model.outputs, batching)
         framework.check_io(config, "input", config.input, inputs, require_all=True)
         framework.check_io(config, "output", config.output, outputs, require_all=False)
 
@@ -185,13 +188,13 @@ def _prepare(config: mc.ModelConfig, model: Any) -> Any:
     return model
 
 
-def _tensors(ports: Any, batch_padded: bool = False) -> list[ModelTensor]:
-    """The model's tensors as configs see them; with batch padding a fixed first dimension is the batch."""
+def _tensors(ports: Any, batch_first: bool = False) -> list[ModelTensor]:
+    """The model's tensors as configs see them; `batch_first`: a fixed first dimension is the batch."""
     tensors = []
     for port in ports:
         shape = port.get_partial_shape()
         dims = None if shape.rank.is_dynamic else tuple(d.get_length() if d.is_static else -1 for d in shape)
-        if batch_padded and dims:
+        if batch_first and dims:
             dims = (-1, *dims[1:])
         data_type = _OV_TYPES.get(port.get_element_type().get_type_name(), mc.TYPE_INVALID)
         tensors.append(ModelTensor(port.get_any_name(), data_type, dims))

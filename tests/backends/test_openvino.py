@@ -119,6 +119,9 @@ def test_batch_padding_serves_a_fixed_batch_model(tmp_path: Path) -> None:
         'parameters { key: "ENABLE_BATCH_PADDING" value: { string_value: "YES" } }\n'
     )
     ov.save_model(_model(batch=4), str(model_dir(tmp_path, "padded", config) / "model.xml"))
+    # Without padding the model still loads, as in Triton: its fixed first dimension is the batch.
+    fixed = config.replace("ENABLE_BATCH_PADDING", "SKIP_OV_DYNAMIC_BATCHSIZE")
+    ov.save_model(_model(batch=4), str(model_dir(tmp_path, "fixed", fixed) / "model.xml"))
     x = np.random.default_rng(2).standard_normal((4, 4)).astype(np.float32)
     expected = _direct(x, tmp_path / "padded" / "1" / "model.xml")
     with serving(tmp_path) as engine:
@@ -126,3 +129,4 @@ def test_batch_padding_serves_a_fixed_batch_model(tmp_path: Path) -> None:
             outputs = infer(engine, "padded", {"x": x[:rows]})
             np.testing.assert_allclose(outputs["scores"], expected[:rows], rtol=1e-5, atol=1e-5)
             np.testing.assert_array_equal(outputs["batch"], [[4]] * rows)  # ran padded to the fixed batch
+        np.testing.assert_allclose(infer(engine, "fixed", {"x": x})["scores"], expected, rtol=1e-5, atol=1e-5)
