@@ -201,6 +201,53 @@ def _given(values: list[str] | None) -> bool:
     return values is not None and any(v.strip().lower() not in ("false", "0", "off") for v in values)
 
 
+def _joined_values(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """`--flag VALUE` as `--flag=VALUE`, so that a value beginning with '-' (`--model-load-gpu-limit -1:0.6`)
+    is read as the flag's value, as tritonserver reads it, and not taken for another flag."""
+    joined: list[str] = []
+    tokens = iter(argv)
+    for token in tokens:
+        action = parser._option_string_actions.get(token)
+        takes_value = (
+            action is not None and action.nargs is None and action.option_strings[0].startswith("--")
+        )
+        if takes_value and not isinstance(action, argparse._StoreConstAction):
+            value = next(tokens, None)
+            if (
+                value is not None
+                and value.startswith("-")
+                and value.partition("=")[0] not in parser._option_string_actions
+            ):
+                joined.append(f"{token}={value}")
+                continue
+            joined.append(token)
+            if value is not None:
+                joined.append(value)
+            continue
+        joined.append(token)
+    return joined
+
+
+def _check_gpu_limit(item: str) -> None:
+    """--model-load-gpu-limit <device>:<fraction>: refused when malformed, as tritonserver refuses it (the
+    limit itself has no effect here)."""
+    device, sep, fraction = item.partition(":")
+    try:
+        device_id, limit = int(device), float(fraction)
+    except ValueError:
+        raise SystemExit(
+            f"nereid: --model-load-gpu-limit expects <device ID>:<fraction>, got '{item}'"
+        ) from None
+    if not sep:
+        raise SystemExit(f"nereid: --model-load-gpu-limit expects <device ID>:<fraction>, got '{item}'")
+    if device_id < 0:
+        raise SystemExit(f"nereid: --model-load-gpu-limit expects device ID >= 0, got {device}")
+    if not 0.0 <= limit <= 1.0:
+        raise SystemExit(
+            f"nereid: --model-load-gpu-limit expects limit fraction to be in range [0.0, 1.0], got {fraction}"
+        )
+
+
 def _metrics_config(items: Sequence[str]) -> tuple[MetricsConfig, list[str]]:
     """--metrics-config items, and a warning per key this version does not act on."""
     values: dict[str, Any] = {}
@@ -262,7 +309,9 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
     if typo is not None:
         print(typo, file=sys.stderr)
         raise SystemExit(2)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_joined_values(argv, parser))
+    for item in args.model_load_gpu_limit or ():
+        _check_gpu_limit(item)
     warnings = [
         f"{flag} is not supported yet and has no effect"
         for flag in NOT_YET_SUPPORTED
