@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import threading
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -80,6 +81,9 @@ class ModelManager:
         self._transitions: dict[str, ModelState] = {}  # LOADING / UNLOADING while one runs
         self._locks: dict[str, threading.Lock] = {}  # one load or unload at a time per model
         self._locks_guard = threading.Lock()
+        # Models that an ensemble being loaded calls: how many such loads hold each one.
+        self._pinned: Counter[str] = Counter()
+        self._pins_changed = threading.Condition()
         self._polled: dict[str, str] = {}  # poll mode: the folder fingerprint last acted on
         self._stopping = threading.Event()
         self._poller: threading.Thread | None = None
@@ -222,10 +226,16 @@ class ModelManager:
         if name in chain:
             return
         chain.add(name)
+        members = self._members_to_load_first(name, files)
+        # An unload of a composing model waits until the ensemble that loads it has loaded (as in Triton),
+        # and then takes the ensemble down with it, rather than pulling the model from under the load.
+        self._pin(members)
         try:
-            self._load_members_first(name, files)
+            for member in members:
+                self._load_member(member)
             self._load(name, config, files)
         finally:
+            self._unpin(members)
             self._reload_dependents(name)
             chain.discard(name)
 
@@ -299,6 +309,7 @@ class ModelManager:
         return entry is not None and bool(entry.versions)
 
     def _unload(self, name: str) -> None:
+        self._wait_unpinned(name)
         with self._model_lock(name):
             current = self._models.get(name)
             if current is None or not current.versions:
@@ -320,19 +331,44 @@ class ModelManager:
     def _dependents(self, name: str) -> list[str]:
         return sorted(e for e, members in list(self._ensembles.items()) if name in members and e != name)
 
-    def _load_members_first(self, name: str, files: dict[str, bytes] | None) -> None:
+    def _members_to_load_first(self, name: str, files: dict[str, bytes] | None) -> list[str]:
+        """An ensemble's composing models, which explicit mode loads with it; none otherwise."""
         if self.control_mode != "explicit" or files:
-            return
+            return []
         source = self._discover().get(name)
         members = source_ensemble_members(source, self._settings) if source is not None else None
-        for member in sorted(members or ()):
-            entry = self._models.get(member)
-            if entry is not None and entry.versions:
-                continue
-            try:
-                self.load(member)
-            except (InvalidArgument, NotFound, Unavailable, PollFailed):
-                pass  # logged; the ensemble then fails naming the model it lacks
+        return sorted(members or ())
+
+    def _load_member(self, member: str) -> None:
+        entry = self._models.get(member)
+        if entry is not None and entry.versions:
+            return
+        try:
+            self.load(member)
+        except (InvalidArgument, NotFound, Unavailable, PollFailed):
+            pass  # logged; the ensemble then fails naming the model it lacks
+
+    def _own_pins(self) -> Counter[str]:
+        pins: Counter[str] | None = getattr(self._chain, "pins", None)
+        if pins is None:
+            pins = self._chain.pins = Counter()
+        return pins
+
+    def _pin(self, names: list[str]) -> None:
+        self._own_pins().update(names)
+        with self._pins_changed:
+            self._pinned.update(names)
+
+    def _unpin(self, names: list[str]) -> None:
+        self._own_pins().subtract(names)
+        with self._pins_changed:
+            self._pinned.subtract(names)
+            self._pins_changed.notify_all()
+
+    def _wait_unpinned(self, name: str) -> None:
+        own = self._own_pins()[name]  # this thread's own loads never wait for themselves
+        with self._pins_changed:
+            self._pins_changed.wait_for(lambda: self._pinned[name] <= own)
 
     def _reload_dependents(self, name: str) -> None:
         for ensemble in self._dependents(name):

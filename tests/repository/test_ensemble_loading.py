@@ -97,3 +97,43 @@ def test_poll_mode_follows_an_ensemble_and_its_member(tmp_path: Path) -> None:
         assert manager.is_ready("a_pipe")
     finally:
         manager.stop()
+
+
+def test_unloading_a_member_waits_for_the_ensemble_that_loads_it(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    from nereid.repository import manager as manager_module
+
+    _simple(tmp_path, "zeta")
+    _ensemble(tmp_path, "pipe", "zeta", ONNX)
+    manager = _manager(tmp_path, "explicit")
+    manager.start()
+    unload_called = threading.Event()
+    unloading = threading.Thread(target=manager.unload, args=("zeta",))
+    original_load, original_unload = manager_module.load_model, manager._unload
+
+    def load_model(source, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if source.name == "zeta":  # the member has loaded: now the unload arrives
+            result = original_load(source, *args, **kwargs)
+            unloading.start()
+            assert unload_called.wait(10)
+            return result
+        unloading.join(1.0)  # an unload that does not wait would be done by now
+        return original_load(source, *args, **kwargs)
+
+    def unload(name: str) -> None:
+        unload_called.set()
+        original_unload(name)
+
+    monkeypatch.setattr(manager_module, "load_model", load_model)
+    monkeypatch.setattr(manager, "_unload", unload)
+    try:
+        manager.load("pipe")  # loads zeta first; the unload of zeta waits until pipe is loaded
+        unloading.join(10)
+        assert not unloading.is_alive()
+        with pytest.raises(NotFound):  # and then takes pipe down with it
+            manager.get("pipe")
+        with pytest.raises(NotFound):
+            manager.get("zeta")
+    finally:
+        manager.stop()
