@@ -447,7 +447,7 @@ class ModelManager:
             if entry.versions:
                 log.info("model '%s' was removed from the repository: unloading it", name)
                 self.unload(name)
-            else:
+            elif not entry.unloaded:  # an unloaded model stays known, as in Triton: "no available versions"
                 self._models.pop(name, None)
 
     # lookups for the serving path

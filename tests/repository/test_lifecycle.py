@@ -183,6 +183,14 @@ def test_poll_applies_changes_on_disk(repo: Path) -> None:
             manager.get("beta")
         manager.poll()  # nothing changed: nothing reloads
         assert manager.get("gamma").version == 1
+        # the removed model stays known as unloaded, however often the repository is polled
+        with pytest.raises(NotFound, match="'beta' has no available versions"):
+            manager.get("beta")
+        # and comes back when its folder does
+        _version(repo, "beta", 1)
+        (repo / "beta" / "config.pbtxt").write_text(CONFIG)
+        manager.poll()
+        assert manager.get("beta").version == 1
     finally:
         manager.stop()
 
