@@ -271,8 +271,11 @@ class ModelManager:
                 raise InvalidArgument(
                     _load_failed(name, result) + "; the versions already loaded keep serving"
                 )
+            # Versions served before and not now stay known as unloaded, as in Triton ("not at ready state").
+            earlier = set(current.versions) | set(current.unloaded) if current is not None else set()
+            unloaded = (earlier | set(result.withdrawn)) - set(result.versions) - set(result.failures)
             self._models[name] = _ModelEntry(
-                name, result.versions, result.failures, result.withdrawn, uploaded=uploaded
+                name, result.versions, result.failures, tuple(sorted(unloaded)), uploaded=uploaded
             )
             self._cascaded.discard(name)
             if result.members is not None:

@@ -67,8 +67,10 @@ def test_reload_serves_the_new_version_and_retires_the_old(explicit: ModelManage
     explicit.load("alpha")
     assert explicit.get("alpha").version == 2
     assert old.retired and old.drained is not None
-    with pytest.raises(NotFound, match="version 1 is not found"):
+    # the retired version stays known, as in Triton
+    with pytest.raises(Unavailable, match="version 1 is not at ready state"):
         explicit.get("alpha", "1")
+    assert {"name": "alpha", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in explicit.index()
 
 
 def test_reload_without_changes_keeps_the_serving_instances(explicit: ModelManager) -> None:
