@@ -69,9 +69,13 @@ def load_model(
     families go."""
     result = LoadResult(source.name, {}, {})
     if source.duplicate_of is not None:
-        result.failures[None] = (
-            f"model '{source.name}' appears in two model repositories ({source.path.parent} and "
-            f"{source.duplicate_of.parent}); rename one of them"
+        # The index gives Triton's reason word for word (clients compare it); the log says where.
+        result.failures[None] = "model appears in two or more repositories"
+        log.error(
+            "model '%s' appears in two model repositories (%s and %s): rename one of them",
+            source.name,
+            source.path.parent,
+            source.duplicate_of.parent,
         )
         return result
     try:

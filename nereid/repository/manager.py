@@ -149,7 +149,11 @@ class ModelManager:
         for name in wanted:
             if name not in sources:
                 self._models[name] = _ModelEntry(name, failures={None: _no_folder(name)})
-                log.error("failed to load model '%s': %s", name, _no_folder(name))
+                log.error(
+                    "failed to load model '%s': model not found in any model repository (%s)",
+                    name,
+                    _no_folder(name),
+                )
         self._load_sources([sources[name] for name in wanted if name in sources])
 
     def _load_sources(self, sources: list[ModelSource]) -> None:
@@ -293,13 +297,14 @@ class ModelManager:
         if name in chain:
             return
         chain.add(name)
+        self._cascaded.discard(name)  # unloaded on purpose: it does not come back with its members
         try:
             self._unload(name)
             for ensemble in self._dependents(name):
                 entry = self._models.get(ensemble)
                 if entry is not None and entry.versions:
-                    self._cascaded.add(ensemble)
                     self.unload(ensemble)
+                    self._cascaded.add(ensemble)
             if unload_dependents:
                 for member in sorted(self._ensembles.get(name, ())):
                     if not any(self._loaded_ensemble(e) for e in self._dependents(member)):

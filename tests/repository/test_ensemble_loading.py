@@ -137,3 +137,34 @@ def test_unloading_a_member_waits_for_the_ensemble_that_loads_it(tmp_path: Path,
             manager.get("zeta")
     finally:
         manager.stop()
+
+
+def test_an_ensemble_unloaded_on_purpose_stays_unloaded_when_its_member_returns(tmp_path: Path) -> None:
+    _simple(tmp_path, "zeta")
+    _ensemble(tmp_path, "pipe", "zeta", ONNX)
+    manager = _manager(tmp_path, "explicit")
+    manager.start()
+    try:
+        manager.load("pipe")
+        manager.unload("zeta")  # takes pipe down with it
+        manager.load("zeta")  # and brings it back
+        assert manager.get("pipe").version == 1
+        manager.unload("zeta")
+        manager.unload("pipe")  # now asked for: pipe no longer follows zeta
+        manager.load("zeta")
+        with pytest.raises(NotFound):
+            manager.get("pipe")
+    finally:
+        manager.stop()
+
+
+def test_a_start_up_model_without_folder_is_logged_as_not_found(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    manager = ModelManager(
+        ServerSettings(model_repositories=(tmp_path,), model_control_mode="explicit", load_models=("ghost",))
+    )
+    manager.start()
+    try:
+        assert "failed to load model 'ghost': model not found in any model repository" in caplog.text
+        assert not manager.all_ready()
+    finally:
+        manager.stop()

@@ -122,7 +122,11 @@ def test_a_name_in_two_repositories_fails_only_that_model(tmp_path: Path) -> Non
         with pytest.raises(NotFound, match="no available versions"):
             manager.get("twice")
         (row,) = [r for r in manager.index() if r["name"] == "twice"]
-        assert row["state"] == "UNAVAILABLE" and "two model repositories" in row["reason"]
+        assert row == {
+            "name": "twice",
+            "state": "UNAVAILABLE",
+            "reason": "model appears in two or more repositories",
+        }
     finally:
         manager.stop()
 
