@@ -30,7 +30,6 @@ NOT_YET_SUPPORTED = (
     "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size",
     "--repoagent-directory",
-    "--model-load-retry-count",
     "--model-namespacing",
     "--min-supported-compute-capability",
     "--buffer-manager-thread-count",
@@ -167,6 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where Python-based backends live: DIR/<backend>/model.py serves models of that backend",
     )
     p.add_argument("--model-load-thread-count", type=int, default=4)
+    p.add_argument(
+        "--model-load-retry-count",
+        type=int,
+        default=0,
+        metavar="COUNT",
+        help="how many more times a model that fails to load is tried",
+    )
     p.add_argument("--strict-readiness", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-on-error", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-timeout-secs", type=int, default=30)
@@ -376,6 +382,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         auto_complete_config=auto_complete,
         default_max_batch_size=default_max_batch_size,
         model_load_thread_count=args.model_load_thread_count,
+        model_load_retry_count=max(0, args.model_load_retry_count),
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,

@@ -174,16 +174,23 @@ class ModelManager:
         serving: dict[int, ModelVersion] | None = None,
         members: EnsembleMembers | None = None,
     ) -> LoadResult:
-        result = load_model(
-            source,
-            self._settings,
-            config,
-            serving,
-            members,
-            limiter=self._limiter,
-            server=self._server,
-            custom_metrics=self.custom_metrics,
-        )
+        retries = self._settings.model_load_retry_count  # --model-load-retry-count
+        while True:
+            result = load_model(
+                source,
+                self._settings,
+                config,
+                serving,
+                members,
+                limiter=self._limiter,
+                server=self._server,
+                custom_metrics=self.custom_metrics,
+            )
+            if not result.failures or source.duplicate_of is not None or retries <= 0:
+                break
+            retries -= 1
+            _log_failures(result)
+            log.info("loading model '%s' again (%d more tries after this one)", source.name, retries)
         for mirror in self._mirrors:  # reasons name the model's place in the bucket, not the local copy
             remote = mirror.remote_path(source.path)
             if remote is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nereid.errors import NotFound
+from nereid.errors import NotFound, Unavailable
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
 from tests.conftest import EXAMPLES
@@ -219,5 +219,34 @@ def test_without_auto_complete_a_folder_without_config_is_left_out(tmp_path: Pat
             f"failed to open text file for read {tmp_path / 'bare' / 'config.pbtxt'}: No such file"
             in caplog.text
         )
+    finally:
+        manager.stop()
+
+
+def test_a_failed_load_is_tried_again_as_often_as_asked(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from nereid.repository import manager as manager_module
+    from nereid.repository.loader import LoadResult
+
+    _model(tmp_path, "flaky", config='platform: "onnxruntime_onnx"')
+    real, attempts = manager_module.load_model, []
+
+    def load_model(source, *args, **kwargs):  # type: ignore[no-untyped-def]
+        attempts.append(source.name)
+        if len(attempts) < 3:  # fails twice, then loads
+            return LoadResult(source.name, {}, {1: "not yet"})
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(manager_module, "load_model", load_model)
+    manager = _manager(tmp_path, model_load_retry_count=1)
+    try:
+        assert len(attempts) == 2  # one retry is not enough
+        with pytest.raises(Unavailable):
+            manager.get("flaky", "1")
+    finally:
+        manager.stop()
+    attempts.clear()
+    manager = _manager(tmp_path, model_load_retry_count=2)
+    try:
+        assert len(attempts) == 3 and manager.get("flaky").version == 1
     finally:
         manager.stop()
