@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -234,6 +235,28 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
         optimization.output_pinned_memory.enable = True
 
 
+def _create_instances(
+    backend: Backend, specs: list[InstanceSpec]
+) -> list[ModelInstance | AsyncModelInstance]:
+    """Start a version's instances side by side, as Triton does: a model whose instances each take long
+    to initialize loads in the time of one. If one fails, those that started are closed again."""
+    if len(specs) == 1:
+        return [backend.create_instance(specs[0])]
+    with ThreadPoolExecutor(max_workers=min(len(specs), 8), thread_name_prefix="instance-start") as pool:
+        futures = [pool.submit(backend.create_instance, spec) for spec in specs]
+    instances, failure = [], None
+    for future in futures:
+        try:
+            instances.append(future.result())
+        except BaseException as exc:  # the first failure is the one reported
+            failure = failure or exc
+    if failure is not None:
+        for instance in instances:
+            instance.close()
+        raise failure
+    return instances
+
+
 def model_statistics(settings: ServerSettings, config: mc.ModelConfig) -> ModelStatistics:
     """A version's statistics, with the latency summaries and histograms that --metrics-config asks for."""
     return ModelStatistics(
@@ -279,37 +302,33 @@ def _load_version(
     backend.check(config, model_file)
     samples = warmup_samples(config, source.path)  # a bad warmup setting fails before any instance starts
     backend_config = settings.backend_config.get(backend.name, {})
-    instances: list[ModelInstance | AsyncModelInstance] = []
+    specs: list[InstanceSpec] = []
     claims: list[Claim] = []  # what each instance needs from the rate limiter
-    try:
-        for group in config.instance_group:
-            kind = mc.ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
-            devices = list(group.gpus) or [0]
-            per_device = devices if kind == "GPU" else [0]
-            for device_id in per_device:
-                for index in range(group.count):
-                    spec = InstanceSpec(
-                        model_name=source.name,
-                        version=version,
-                        config=config,
-                        model_dir=source.path,
-                        version_dir=version_dir,
-                        model_file=model_file,
-                        instance_name=f"{group.name}_{index}"
-                        if kind != "GPU"
-                        else f"{group.name}_{index}_gpu{device_id}",
-                        kind=kind,
-                        device_id=device_id,
-                        backend_config=backend_config,
-                        server=server,
-                        custom_metrics=custom_metrics,
-                    )
-                    instances.append(backend.create_instance(spec))
-                    claims.append(Claim.for_group(f"{source.name}:{spec.instance_name}", group, device_id))
-    except BaseException:
-        for instance in instances:
-            instance.close()
-        raise
+    for group in config.instance_group:
+        kind = mc.ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
+        devices = list(group.gpus) or [0]
+        per_device = devices if kind == "GPU" else [0]
+        for device_id in per_device:
+            for index in range(group.count):
+                spec = InstanceSpec(
+                    model_name=source.name,
+                    version=version,
+                    config=config,
+                    model_dir=source.path,
+                    version_dir=version_dir,
+                    model_file=model_file,
+                    instance_name=f"{group.name}_{index}"
+                    if kind != "GPU"
+                    else f"{group.name}_{index}_gpu{device_id}",
+                    kind=kind,
+                    device_id=device_id,
+                    backend_config=backend_config,
+                    server=server,
+                    custom_metrics=custom_metrics,
+                )
+                specs.append(spec)
+                claims.append(Claim.for_group(f"{source.name}:{spec.instance_name}", group, device_id))
+    instances = _create_instances(backend, specs)
     statistics = model_statistics(settings, config)
     label = f"'{source.name}' version {version}"
     try:

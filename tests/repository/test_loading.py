@@ -250,3 +250,26 @@ def test_a_failed_load_is_tried_again_as_often_as_asked(tmp_path: Path, monkeypa
         assert len(attempts) == 3 and manager.get("flaky").version == 1
     finally:
         manager.stop()
+
+
+def test_a_versions_instances_start_side_by_side(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    from nereid.backends.onnxruntime import OnnxRuntimeBackend
+
+    _model(
+        tmp_path, "pair", config='platform: "onnxruntime_onnx"\ninstance_group [{ kind: KIND_CPU count: 2 }]'
+    )
+    together = threading.Barrier(2, timeout=10)  # broken unless both instances start at once
+    real = OnnxRuntimeBackend.create_instance
+
+    def create_instance(self, spec):  # type: ignore[no-untyped-def]
+        together.wait()
+        return real(self, spec)
+
+    monkeypatch.setattr(OnnxRuntimeBackend, "create_instance", create_instance)
+    manager = _manager(tmp_path)
+    try:
+        assert len(manager.get("pair").scheduler.pool.instances) == 2
+    finally:
+        manager.stop()
