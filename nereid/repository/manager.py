@@ -203,13 +203,13 @@ class ModelManager:
             log.error(
                 "failed to poll model '%s' from the model repository: %s", result.name, result.poll_failure
             )
-            self._polled[result.name] = tree_fingerprint(source.path)
+            self._polled[result.name] = _poll_fingerprint(source)
             return
         _log_failures(result)
         self._models[result.name] = _ModelEntry(
             result.name, result.versions, result.failures, result.withdrawn
         )
-        self._polled[result.name] = tree_fingerprint(source.path)
+        self._polled[result.name] = _poll_fingerprint(source)
         if result.members is not None:
             self._ensembles[result.name] = result.members
 
@@ -258,6 +258,8 @@ class ModelManager:
         with self._model_lock(name):
             uploaded = write_model_folder(name, files) if files else None
             source = ModelSource(name, uploaded) if uploaded else self._repository_source(name)
+            if source.duplicate_of is not None:  # explicit mode: the versions serving now keep serving
+                raise PollFailed(name, "model appears in two or more repositories")
             current = self._models.get(name)
             # Versions can be kept through a reload only if their files stay where they are.
             reusable = current.versions if current is not None and current.uploaded == uploaded else None
@@ -444,11 +446,14 @@ class ModelManager:
         for name, source in sources.items():
             if self._stopping.is_set():
                 return
-            fingerprint = tree_fingerprint(source.path)
+            fingerprint = _poll_fingerprint(source)
             if self._polled.get(name) == fingerprint:
                 continue
             # Remember the attempt even if it fails: a half-written folder changes again when complete.
             self._polled[name] = fingerprint
+            if source.duplicate_of is not None:
+                self._take_down_duplicate(name)
+                continue
             log.info("model '%s' changed on disk: loading it", name)
             try:
                 self.load(name)
@@ -464,6 +469,16 @@ class ModelManager:
                 self.unload(name)
             elif not entry.unloaded:  # an unloaded model stays known, as in Triton: "no available versions"
                 self._models.pop(name, None)
+
+    def _take_down_duplicate(self, name: str) -> None:
+        """Poll mode: a model that now appears in a second repository stops serving, as in Triton."""
+        reason = "model appears in two or more repositories"
+        log.error("failed to load model '%s': %s", name, reason)
+        self.unload(name)
+        entry = self._models.get(name)
+        self._models[name] = _ModelEntry(
+            name, failures={None: reason}, unloaded=entry.unloaded if entry else ()
+        )
 
     # lookups for the serving path
     def get(self, name: str, version: str = "") -> ModelVersion:
@@ -578,6 +593,12 @@ class RepositoryMissing(NotFound):
     """A --model-repository folder does not exist: the server cannot initialize."""
 
 
+def _poll_fingerprint(source: ModelSource) -> str:
+    """What poll mode compares: the folder's files, and whether a second repository has the name too."""
+    fingerprint = tree_fingerprint(source.path)
+    return fingerprint if source.duplicate_of is None else f"{fingerprint}:duplicate"
+
+
 def _no_folder(name: str) -> str:
     return f"no model folder named '{name}' in the model repository"
 
@@ -589,8 +610,9 @@ def _log_failures(result: LoadResult) -> None:
 
 
 def _load_failed(name: str, result: LoadResult) -> str:
+    # Triton's words for a failed version ("version 2 is at UNAVAILABLE state: ..."), which clients match.
     reasons = "; ".join(
-        (f"version {version}: " if version is not None else "") + reason
+        (f"version {version} is at UNAVAILABLE state: " if version is not None else "") + reason
         for version, reason in sorted(result.failures.items(), key=lambda kv: kv[0] or 0)
     )
     return f"load failed for model '{name}': {reasons}"

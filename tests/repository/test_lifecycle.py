@@ -227,3 +227,42 @@ def test_load_of_a_folder_without_config_fails_to_poll(repo: Path) -> None:
         assert manager.all_ready()
     finally:
         manager.stop()
+
+
+def test_a_model_copied_into_a_second_repository(repo: Path, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+    second = tmp_path_factory.mktemp("second")
+    for mode in ("explicit", "poll"):
+        settings = ServerSettings(model_repositories=(repo, second), model_control_mode=mode)
+        manager = ModelManager(settings)
+        manager.load_all()  # start() without the polling thread: poll() is driven by hand below
+        try:
+            shutil.copytree(repo / "alpha", second / "alpha")
+            if mode == "explicit":  # a load fails to poll it; the version serving keeps serving
+                with pytest.raises(PollFailed, match="failed to load 'alpha', .*two or more repositories"):
+                    manager.load("alpha")
+                assert manager.get("alpha").version == 1
+            else:  # polling takes it down, until the copy goes
+                manager.poll()
+                with pytest.raises(NotFound, match="no available versions"):
+                    manager.get("alpha")
+                assert {
+                    "name": "alpha",
+                    "state": "UNAVAILABLE",
+                    "reason": "model appears in two or more repositories",
+                } in manager.index()
+                shutil.rmtree(second / "alpha")
+                manager.poll()
+                assert manager.get("alpha").version == 1
+        finally:
+            manager.stop()
+            shutil.rmtree(second / "alpha", ignore_errors=True)
+
+
+def test_a_failed_version_is_named_as_triton_names_it(explicit: ModelManager, repo: Path) -> None:
+    (repo / "alpha" / "config.pbtxt").write_text(CONFIG + "version_policy { all {} }")
+    (repo / "alpha" / "0").mkdir()  # not the latest, which auto-complete reads
+    (repo / "alpha" / "0" / "model.onnx").write_bytes(b"not an onnx file")
+    with pytest.raises(
+        InvalidArgument, match="load failed for model 'alpha': version 0 is at UNAVAILABLE state: "
+    ):
+        explicit.load("alpha")
