@@ -150,7 +150,7 @@ class ModelManager:
             if name not in sources:
                 self._models[name] = _ModelEntry(name, failures={None: _no_folder(name)})
                 log.error(
-                    "failed to load model '%s': model not found in any model repository (%s)",
+                    "failed to load '%s': model not found in any model repository (%s)",
                     name,
                     _no_folder(name),
                 )
@@ -473,7 +473,7 @@ class ModelManager:
     def _take_down_duplicate(self, name: str) -> None:
         """Poll mode: a model that now appears in a second repository stops serving, as in Triton."""
         reason = "model appears in two or more repositories"
-        log.error("failed to load model '%s': %s", name, reason)
+        log.error("failed to load '%s': %s", name, reason)
         self.unload(name)
         entry = self._models.get(name)
         self._models[name] = _ModelEntry(
@@ -604,8 +604,9 @@ def _no_folder(name: str) -> str:
 
 
 def _log_failures(result: LoadResult) -> None:
+    # Triton's wording ("failed to load 'm' version 2: ..."), which tools look for in the log.
     for version, reason in result.failures.items():
-        what = f"model '{result.name}'" + (f" version {version}" if version is not None else "")
+        what = f"'{result.name}'" + (f" version {version}" if version is not None else "")
         log.error("failed to load %s: %s", what, reason)
 
 

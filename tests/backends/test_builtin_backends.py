@@ -337,3 +337,10 @@ def test_a_model_file_named_in_the_config_is_not_needed_by_a_builtin_backend(tmp
     model_dir(tmp_path, "seq", SEQUENCE + 'default_model_filename: "libtriton_sequence.so"\n')
     with serving(tmp_path) as engine:
         assert [r["state"] for r in engine.models.index() if r["name"] == "seq"] == ["READY"]
+
+
+def test_a_gpu_instance_of_a_test_backend_fails_in_tritons_words(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    model_dir(tmp_path, "on_gpu", IDENTITY + "instance_group [{ kind: KIND_GPU }]")
+    with serving(tmp_path) as engine:
+        assert failure(engine, "on_gpu").startswith("Internal: GPU instances not supported")
+    assert "failed to load 'on_gpu' version 1: Internal: GPU instances not supported" in caplog.text

@@ -164,7 +164,7 @@ def test_a_start_up_model_without_folder_is_logged_as_not_found(tmp_path: Path, 
     )
     manager.start()
     try:
-        assert "failed to load model 'ghost': model not found in any model repository" in caplog.text
+        assert "failed to load 'ghost': model not found in any model repository" in caplog.text
         assert not manager.all_ready()
     finally:
         manager.stop()
