@@ -244,21 +244,19 @@ class Words(torch.nn.Module):
     """Strings in and out as List[str], with a tensor beside them."""
 
     def forward(self, words: list[str], counts: torch.Tensor) -> tuple[list[str], torch.Tensor]:
-        return [w.upper() for w in words], counts * 2
+        return [w + "!" for w in words], counts * 2
 
 
-WORDS_CONFIG = """
-backend: "pytorch"
-max_batch_size: 0
-input [
-  { name: "words" data_type: TYPE_STRING dims: [ 3 ] },
-  { name: "counts" data_type: TYPE_INT32 dims: [ 3 ] }
-]
-output [
-  { name: "OUTPUT__0" data_type: TYPE_STRING dims: [ 3 ] },
-  { name: "OUTPUT__1" data_type: TYPE_INT32 dims: [ 3 ] }
-]
-"""
+# one 3-element string tensor and one INT32 tensor, in and out
+WORDS_CONFIG = 'backend: "pytorch"\nmax_batch_size: 0\n' + "".join(
+    f'{kind} {{ name: "{name}" data_type: {data_type} dims: [ 3 ] }}\n'
+    for kind, name, data_type in (
+        ("input", "words", "TYPE_STRING"),
+        ("input", "counts", "TYPE_INT32"),
+        ("output", "OUTPUT__0", "TYPE_STRING"),
+        ("output", "OUTPUT__1", "TYPE_INT32"),
+    )
+)
 
 
 def test_string_tensors_are_lists_of_str_for_torchscript(tmp_path: Path) -> None:
@@ -266,5 +264,5 @@ def test_string_tensors_are_lists_of_str_for_torchscript(tmp_path: Path) -> None
     words = np.array([b"a", b"bc", "d\u00e9".encode()], dtype=np.object_)
     with serving(tmp_path) as engine:
         outputs = infer(engine, "words", {"words": words, "counts": np.arange(3, dtype=np.int32)})
-    assert list(outputs["OUTPUT__0"]) == [b"A", b"BC", "D\u00c9".encode()]
+    assert list(outputs["OUTPUT__0"]) == [b"a!", b"bc!", "d\u00e9!".encode()]
     np.testing.assert_array_equal(outputs["OUTPUT__1"], [0, 2, 4])
