@@ -471,14 +471,10 @@ class ModelManager:
                 self._models.pop(name, None)
 
     def _take_down_duplicate(self, name: str) -> None:
-        """Poll mode: a model that now appears in a second repository stops serving, as in Triton."""
-        reason = "model appears in two or more repositories"
-        log.error("failed to load '%s': %s", name, reason)
+        """Poll mode: a model that now appears in a second repository stops serving, as in Triton, which
+        cannot poll it any more: like a removed model, it does not count against strict readiness."""
+        log.error("failed to load '%s': model appears in two or more repositories", name)
         self.unload(name)
-        entry = self._models.get(name)
-        self._models[name] = _ModelEntry(
-            name, failures={None: reason}, unloaded=entry.unloaded if entry else ()
-        )
 
     # lookups for the serving path
     def get(self, name: str, version: str = "") -> ModelVersion:
