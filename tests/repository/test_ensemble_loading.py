@@ -168,3 +168,22 @@ def test_a_start_up_model_without_folder_is_logged_as_not_found(tmp_path: Path, 
         assert not manager.all_ready()
     finally:
         manager.stop()
+
+
+def test_an_ensemble_tensor_with_reshape_has_the_reshaped_shape_inside(tmp_path: Path) -> None:
+    _simple(tmp_path, "zeta")  # INPUT0, INPUT1 -> OUTPUT0, OUTPUT1, all [16]
+    _ensemble(tmp_path, "pipe", "zeta", ONNX)
+    config = tmp_path / "pipe" / "config.pbtxt"
+    # the request gives A as [4, 4]; inside the ensemble it is the [16] that zeta takes
+    config.write_text(
+        config.read_text().replace(
+            '{ name: "A" data_type: TYPE_INT32 dims: [ 16 ] }',
+            '{ name: "A" data_type: TYPE_INT32 dims: [ 4, 4 ] reshape: { shape: [ 16 ] } }',
+        )
+    )
+    manager = _manager(tmp_path)
+    manager.load_all()
+    try:
+        assert manager.get("pipe").config.input[0].reshape.shape == [16]
+    finally:
+        manager.stop()
