@@ -144,7 +144,9 @@ class PyTorchInstance:
                 result = self._module(*arguments)
         except Exception as exc:
             raise InternalError(f"PyTorch error while running model '{self._model_name}': {exc}") from None
-        values = list(result) if isinstance(result, tuple | list) else [result]
+        # One List[str] output is a value of its own, not a list of outputs.
+        strings = isinstance(result, list) and bool(result) and all(isinstance(v, str) for v in result)
+        values = list(result) if isinstance(result, tuple | list) and not strings else [result]
         outputs: Outputs = {}
         for name in request.outputs:
             index = self._output_index[name]

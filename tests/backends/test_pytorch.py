@@ -266,3 +266,20 @@ def test_string_tensors_are_lists_of_str_for_torchscript(tmp_path: Path) -> None
         outputs = infer(engine, "words", {"words": words, "counts": np.arange(3, dtype=np.int32)})
     assert list(outputs["OUTPUT__0"]) == [b"a!", b"bc!", "d\u00e9!".encode()]
     np.testing.assert_array_equal(outputs["OUTPUT__1"], [0, 2, 4])
+
+
+class Echo(torch.nn.Module):
+    """A single List[str] output (not a tuple)."""
+
+    def forward(self, words: list[str]) -> list[str]:
+        return words
+
+
+def test_a_single_list_of_strings_is_one_output(tmp_path: Path) -> None:
+    config = WORDS_CONFIG.replace('input { name: "counts" data_type: TYPE_INT32 dims: [ 3 ] }\n', "").replace(
+        'output { name: "OUTPUT__1" data_type: TYPE_INT32 dims: [ 3 ] }\n', ""
+    )
+    torch.jit.save(torch.jit.script(Echo()), str(model_dir(tmp_path, "echo", config) / "model.pt"))
+    words = np.array([b"x", b"y", b"z"], dtype=np.object_)
+    with serving(tmp_path) as engine:
+        assert list(infer(engine, "echo", {"words": words})["OUTPUT__0"]) == [b"x", b"y", b"z"]
