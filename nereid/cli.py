@@ -347,8 +347,9 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
     metrics_config, metrics_warnings = _metrics_config(args.metrics_config)
     warnings += metrics_warnings
     settings = ServerSettings(
-        model_repositories=tuple(Path(p) for p in args.model_repository if not is_remote(p)),
-        remote_repositories=tuple(p for p in args.model_repository if is_remote(p)),
+        # A repository given twice is one repository (as in Triton), not a source of duplicate models.
+        model_repositories=tuple(dict.fromkeys(Path(p) for p in args.model_repository if not is_remote(p))),
+        remote_repositories=tuple(dict.fromkeys(p for p in args.model_repository if is_remote(p))),
         server_id=args.id,
         allow_http=args.allow_http,
         http_address=args.http_address,

@@ -254,3 +254,10 @@ def test_a_misspelled_flag_is_named_with_the_closest_one(capsys: pytest.CaptureF
     assert err.strip() == (
         "nereid: unknown flag --model-repositry; did you mean --model-repository? (nereid --help lists every flag)"
     )
+
+
+def test_a_repository_given_twice_is_one_repository() -> None:
+    settings, _ = parse_settings(
+        ["--model-repository=/a", "--model-repository=/b", "--model-repository", "/a"]
+    )
+    assert settings.model_repositories == (Path("/a"), Path("/b"))
