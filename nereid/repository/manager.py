@@ -96,6 +96,7 @@ class ModelManager:
         self.members = EnsembleMembers(self.get)
         self._ensembles: dict[str, frozenset[str]] = {}  # ensemble -> the models its steps call
         self._cascaded: set[str] = set()  # ensembles unloaded because a composing model was
+        self._overrides: dict[str, str] = {}  # the 'config' a model was last loaded with, until unloaded
         self._chain = threading.local()  # models this thread is loading or unloading (no recursion)
         # One for every model, so that resources are shared across models (--rate-limit).
         self._limiter = RateLimiter(settings.rate_limit_resources) if settings.rate_limit else None
@@ -255,6 +256,8 @@ class ModelManager:
             raise PollFailed(
                 name, "file parameters need a 'config' parameter too (the model's configuration as JSON)"
             )
+        if config is None and not files:  # as in Triton, a configuration given once stays until unloaded
+            config = self._overrides.get(name)
         with self._model_lock(name):
             uploaded = write_model_folder(name, files) if files else None
             source = ModelSource(name, uploaded) if uploaded else self._repository_source(name)
@@ -297,6 +300,8 @@ class ModelManager:
                 self._retire(current, keep=result.versions.values())
             if result.failures:
                 raise InvalidArgument(_load_failed(name, result))
+            if config is not None and not files:
+                self._overrides[name] = config
 
     def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Stop serving `name` once the requests it holds are answered. Unknown names are not an error.
@@ -327,6 +332,7 @@ class ModelManager:
 
     def _unload(self, name: str) -> None:
         self._wait_unpinned(name)
+        self._overrides.pop(name, None)
         with self._model_lock(name):
             current = self._models.get(name)
             if current is None or not current.versions:

@@ -123,6 +123,11 @@ def test_config_override_replaces_config_pbtxt(explicit: ModelManager) -> None:
     with pytest.raises(InvalidArgument, match="not valid JSON"):
         explicit.load("alpha", config="{bad")
     assert explicit.get("alpha").config_json["max_batch_size"] == 2  # still serving the override
+    explicit.load("alpha")  # a load without 'config' keeps the one given before, as in Triton
+    assert explicit.get("alpha").config_json["max_batch_size"] == 2
+    explicit.unload("alpha")  # until the model is unloaded
+    explicit.load("alpha")
+    assert explicit.get("alpha").config_json["max_batch_size"] == 8
 
 
 def test_model_delivered_as_files(explicit: ModelManager) -> None:
