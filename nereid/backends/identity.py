@@ -26,6 +26,7 @@ from nereid.errors import Unsupported
 
 class IdentityBackend(BuiltinBackend):
     name = "identity"
+    requires_io = False  # as in Triton, a configuration without tensors loads: it pairs nothing
 
     def check(self, config: mc.ModelConfig, model_file: object) -> None:
         """The pairing rules of Triton's identity backend, with its texts."""

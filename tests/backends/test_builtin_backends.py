@@ -344,3 +344,9 @@ def test_a_gpu_instance_of_a_test_backend_fails_in_tritons_words(tmp_path: Path,
     with serving(tmp_path) as engine:
         assert failure(engine, "on_gpu").startswith("Internal: GPU instances not supported")
     assert "failed to load 'on_gpu' version 1: Internal: GPU instances not supported" in caplog.text
+
+
+def test_an_identity_model_without_tensors_loads(tmp_path: Path) -> None:
+    model_dir(tmp_path, "bare_identity", 'backend: "identity"\ninstance_group [{ kind: KIND_CPU count: 2 }]')
+    with serving(tmp_path) as engine:
+        assert engine.models.get("bare_identity").config_json["instance_group"][0]["count"] == 2
