@@ -172,7 +172,10 @@ def _complete_config(
     if not config.default_model_filename:
         config.default_model_filename = backend.default_model_filename
     if settings.auto_complete_config and folders:
-        latest = folders[max(folders)]
+        # The newest version the policy loads, as Triton completes from a version it loads (not the
+        # newest folder, which a specific policy may leave out).
+        named = set(config.version_policy.specific.versions) & set(folders)
+        latest = folders[max(named) if config.version_policy.HasField("specific") and named else max(folders)]
         backend.auto_complete(config, latest / config.default_model_filename, settings.default_max_batch_size)
     _fill_defaults(config, backend)
     validate_config(config, config_source, source.name)

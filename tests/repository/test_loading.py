@@ -273,3 +273,18 @@ def test_a_versions_instances_start_side_by_side(tmp_path: Path, monkeypatch) ->
         assert len(manager.get("pair").scheduler.pool.instances) == 2
     finally:
         manager.stop()
+
+
+def test_auto_complete_reads_a_version_the_policy_loads(tmp_path: Path) -> None:
+    path = _model(
+        tmp_path,
+        "older",
+        (1, 2),
+        'platform: "onnxruntime_onnx" version_policy { specific { versions: [1] } }',
+    )
+    (path / "2" / "model.onnx").unlink()  # the newest folder is empty; the policy does not load it
+    manager = _manager(tmp_path)
+    try:
+        assert manager.get("older").version == 1
+    finally:
+        manager.stop()
