@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -96,7 +97,8 @@ class ModelManager:
         self.members = EnsembleMembers(self.get)
         self._ensembles: dict[str, frozenset[str]] = {}  # ensemble -> the models its steps call
         self._cascaded: set[str] = set()  # ensembles unloaded because a composing model was
-        self._overrides: dict[str, str] = {}  # the 'config' a model was last loaded with, until unloaded
+        # the 'config' a model was last loaded with (and when), until unloaded
+        self._overrides: dict[str, tuple[str, float]] = {}
         self._chain = threading.local()  # models this thread is loading or unloading (no recursion)
         # One for every model, so that resources are shared across models (--rate-limit).
         self._limiter = RateLimiter(settings.rate_limit_resources) if settings.rate_limit else None
@@ -256,11 +258,15 @@ class ModelManager:
             raise PollFailed(
                 name, "file parameters need a 'config' parameter too (the model's configuration as JSON)"
             )
-        if config is None and not files:  # as in Triton, a configuration given once stays until unloaded
-            config = self._overrides.get(name)
         with self._model_lock(name):
             uploaded = write_model_folder(name, files) if files else None
             source = ModelSource(name, uploaded) if uploaded else self._repository_source(name)
+            if config is None and not files:
+                # As in Triton, a configuration given once stays until unloaded, or until the model's own
+                # config.pbtxt is written after it.
+                kept = self._overrides.get(name)
+                if kept is not None and not _written_since(source.path / "config.pbtxt", kept[1]):
+                    config = kept[0]
             if source.duplicate_of is not None:  # explicit mode: the versions serving now keep serving
                 raise PollFailed(name, "model appears in two or more repositories")
             current = self._models.get(name)
@@ -301,7 +307,7 @@ class ModelManager:
             if result.failures:
                 raise InvalidArgument(_load_failed(name, result))
             if config is not None and not files:
-                self._overrides[name] = config
+                self._overrides[name] = (config, time.time())
 
     def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Stop serving `name` once the requests it holds are answered. Unknown names are not an error.
@@ -593,6 +599,13 @@ class ModelManager:
 
 class RepositoryMissing(NotFound):
     """A --model-repository folder does not exist: the server cannot initialize."""
+
+
+def _written_since(path: Path, moment: float) -> bool:
+    try:
+        return path.stat().st_mtime > moment
+    except OSError:
+        return False
 
 
 def _poll_fingerprint(source: ModelSource) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -126,6 +127,15 @@ def test_config_override_replaces_config_pbtxt(explicit: ModelManager) -> None:
     explicit.load("alpha")  # a load without 'config' keeps the one given before, as in Triton
     assert explicit.get("alpha").config_json["max_batch_size"] == 2
     explicit.unload("alpha")  # until the model is unloaded
+    explicit.load("alpha")
+    assert explicit.get("alpha").config_json["max_batch_size"] == 8
+
+
+def test_a_config_pbtxt_written_after_an_override_wins(explicit: ModelManager, repo: Path) -> None:
+    explicit.load("alpha", config=json.dumps({"platform": "onnxruntime_onnx", "max_batch_size": 2}))
+    config = repo / "alpha" / "config.pbtxt"
+    later = config.stat().st_mtime + 3600  # written after the override, whatever the clock's resolution
+    os.utime(config, (later, later))
     explicit.load("alpha")
     assert explicit.get("alpha").config_json["max_batch_size"] == 8
 
