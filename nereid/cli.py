@@ -30,7 +30,6 @@ NOT_YET_SUPPORTED = (
     "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size",
     "--repoagent-directory",
-    "--model-load-retry-count",
     "--model-namespacing",
     "--min-supported-compute-capability",
     "--buffer-manager-thread-count",
@@ -170,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where Python-based backends live: DIR/<backend>/model.py serves models of that backend",
     )
     p.add_argument("--model-load-thread-count", type=int, default=4)
+    p.add_argument(
+        "--model-load-retry-count",
+        type=int,
+        default=0,
+        metavar="COUNT",
+        help="how many more times a model that fails to load is tried",
+    )
     p.add_argument("--strict-readiness", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-on-error", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-timeout-secs", type=int, default=30)
@@ -202,6 +208,53 @@ def build_parser() -> argparse.ArgumentParser:
 def _given(values: list[str] | None) -> bool:
     """Given, and not merely switched off (--allow-sagemaker=false asks for nothing Nereid lacks)."""
     return values is not None and any(v.strip().lower() not in ("false", "0", "off") for v in values)
+
+
+def _joined_values(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """`--flag VALUE` as `--flag=VALUE`, so that a value beginning with '-' (`--model-load-gpu-limit -1:0.6`)
+    is read as the flag's value, as tritonserver reads it, and not taken for another flag."""
+    joined: list[str] = []
+    tokens = iter(argv)
+    for token in tokens:
+        action = parser._option_string_actions.get(token)
+        takes_value = (
+            action is not None and action.nargs is None and action.option_strings[0].startswith("--")
+        )
+        if takes_value and not isinstance(action, argparse._StoreConstAction):
+            value = next(tokens, None)
+            if (
+                value is not None
+                and value.startswith("-")
+                and value.partition("=")[0] not in parser._option_string_actions
+            ):
+                joined.append(f"{token}={value}")
+                continue
+            joined.append(token)
+            if value is not None:
+                joined.append(value)
+            continue
+        joined.append(token)
+    return joined
+
+
+def _check_gpu_limit(item: str) -> None:
+    """--model-load-gpu-limit <device>:<fraction>: refused when malformed, as tritonserver refuses it (the
+    limit itself has no effect here)."""
+    device, sep, fraction = item.partition(":")
+    try:
+        device_id, limit = int(device), float(fraction)
+    except ValueError:
+        raise SystemExit(
+            f"nereid: --model-load-gpu-limit expects <device ID>:<fraction>, got '{item}'"
+        ) from None
+    if not sep:
+        raise SystemExit(f"nereid: --model-load-gpu-limit expects <device ID>:<fraction>, got '{item}'")
+    if device_id < 0:
+        raise SystemExit(f"nereid: --model-load-gpu-limit expects device ID >= 0, got {device}")
+    if not 0.0 <= limit <= 1.0:
+        raise SystemExit(
+            f"nereid: --model-load-gpu-limit expects limit fraction to be in range [0.0, 1.0], got {fraction}"
+        )
 
 
 def _metrics_config(items: Sequence[str]) -> tuple[MetricsConfig, list[str]]:
@@ -265,7 +318,9 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
     if typo is not None:
         print(typo, file=sys.stderr)
         raise SystemExit(2)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_joined_values(argv, parser))
+    for item in args.model_load_gpu_limit or ():
+        _check_gpu_limit(item)
     warnings = [
         f"{flag} is not supported yet and has no effect"
         for flag in NOT_YET_SUPPORTED
@@ -295,8 +350,9 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
     metrics_config, metrics_warnings = _metrics_config(args.metrics_config)
     warnings += metrics_warnings
     settings = ServerSettings(
-        model_repositories=tuple(Path(p) for p in args.model_repository if not is_remote(p)),
-        remote_repositories=tuple(p for p in args.model_repository if is_remote(p)),
+        # A repository given twice is one repository (as in Triton), not a source of duplicate models.
+        model_repositories=tuple(dict.fromkeys(Path(p) for p in args.model_repository if not is_remote(p))),
+        remote_repositories=tuple(dict.fromkeys(p for p in args.model_repository if is_remote(p))),
         server_id=args.id,
         allow_http=args.allow_http,
         http_address=args.http_address,
@@ -330,6 +386,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         auto_complete_config=auto_complete,
         default_max_batch_size=default_max_batch_size,
         model_load_thread_count=args.model_load_thread_count,
+        model_load_retry_count=max(0, args.model_load_retry_count),
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,

@@ -195,12 +195,25 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _exit_now, signum)
     log.info("stopping: requests in flight get up to %d s to finish", settings.exit_timeout_secs)
+    _log_inflight(engine)
     if sampler is not None:
         sampler.cancel()
     await _stop(http, grpc_server, metrics, settings.exit_timeout_secs)
     if frontend is not None:
         frontend.close()
     return 0
+
+
+def _log_inflight(engine: Engine) -> None:
+    """What the drain waits for, model by model, in Triton's words (tools watch for them)."""
+    for model in engine.models.loaded():
+        if model.inflight > 0:
+            log.info(
+                "Model '%s' (version %d) has %d in-flight inferences",
+                model.name,
+                model.version,
+                model.inflight,
+            )
 
 
 async def _stop(

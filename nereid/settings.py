@@ -197,6 +197,7 @@ class ServerSettings:
     auto_complete_config: bool = True
     default_max_batch_size: int = 4
     model_load_thread_count: int = 4
+    model_load_retry_count: int = 0  # how many times a model that failed to load is tried again
     # lifecycle
     strict_readiness: bool = True
     exit_on_error: bool = True

@@ -228,6 +228,18 @@ def test_every_triton_flag_is_accepted_and_those_without_effect_are_named() -> N
     ]
 
 
+def test_model_load_gpu_limit_is_checked_even_given_as_a_separate_value() -> None:
+    base = ["--model-repository=/a", "--model-load-gpu-limit"]
+    with pytest.raises(SystemExit, match=r"expects device ID >= 0, got -1$"):
+        parse_settings([*base, "-1:0.6"])
+    with pytest.raises(SystemExit, match=r"expects limit fraction to be in range \[0.0, 1.0\], got -0.4$"):
+        parse_settings([*base, "0:-0.4"])
+    with pytest.raises(SystemExit, match="expects <device ID>:<fraction>"):
+        parse_settings([*base, "half"])
+    settings, _ = parse_settings([*base, "0:0.6", "--exit-timeout-secs", "5"])
+    assert settings.exit_timeout_secs == 5
+
+
 def test_help_describes_every_flag_with_its_default() -> None:
     from nereid.cli import build_parser
 
@@ -248,3 +260,10 @@ def test_a_misspelled_flag_is_named_with_the_closest_one(capsys: pytest.CaptureF
     assert err.strip() == (
         "nereid: unknown flag --model-repositry; did you mean --model-repository? (nereid --help lists every flag)"
     )
+
+
+def test_a_repository_given_twice_is_one_repository() -> None:
+    settings, _ = parse_settings(
+        ["--model-repository=/a", "--model-repository=/b", "--model-repository", "/a"]
+    )
+    assert settings.model_repositories == (Path("/a"), Path("/b"))

@@ -39,7 +39,10 @@ class BuiltinBackend:
 
     def refuse_gpu(self, spec: InstanceSpec) -> None:
         if spec.kind == "GPU":
-            raise Unavailable(f"'{self.name}' backend only supports CPU instances")
+            # Triton's test backends give this text (with its status), which tools look for.
+            raise Unavailable(
+                f"Internal: GPU instances not supported (the '{self.name}' backend runs KIND_CPU instances only)"
+            )
 
 
 def config_error(config: mc.ModelConfig, message: str) -> ModelConfigError:

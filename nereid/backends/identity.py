@@ -44,6 +44,7 @@ BYTE_SIZE_METRIC = "input_byte_size_counter"
 
 class IdentityBackend(BuiltinBackend):
     name = "identity"
+    requires_io = False  # as in Triton, a configuration without tensors loads: it pairs nothing
 
     def check(self, config: mc.ModelConfig, model_file: object) -> None:
         """The pairing rules of Triton's identity backend, with its texts."""

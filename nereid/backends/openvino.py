@@ -3,7 +3,9 @@ format OpenVINO reads (`default_model_filename: "model.onnx"`), compiled once pe
 
 Parameters as Triton's OpenVINO backend reads them: INFERENCE_NUM_THREADS, NUM_STREAMS,
 PERFORMANCE_HINT and the like are passed to the compiled model; SKIP_OV_DYNAMIC_BATCHSIZE keeps a
-static first dimension (otherwise a batching model's first dimension is made dynamic)."""
+static first dimension (otherwise a batching model's first dimension is made dynamic);
+ENABLE_BATCH_PADDING serves a model whose batch dimension is fixed: smaller batches are padded with
+zeros up to it, and the padding is cut from the outputs."""
 
 from __future__ import annotations
 
@@ -74,8 +76,13 @@ class OpenVinoBackend:
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
         model = _prepare(config, _read(model_file))
-        framework.check_io(config, "input", config.input, _tensors(model.inputs), require_all=True)
-        framework.check_io(config, "output", config.output, _tensors(model.outputs), require_all=False)
+        # As Triton's OpenVINO backend checks them: for a batching model the first dimension is the batch,
+        # even where the graph fixes it (a model with a fixed batch serves that batch, or smaller ones with
+        # ENABLE_BATCH_PADDING).
+        batching = config.max_batch_size > 0
+        inputs, outputs = _tensors(model.inputs, batching), _tensors(model.outputs, batching)
+        framework.check_io(config, "input", config.input, inputs, require_all=True)
+        framework.check_io(config, "output", config.output, outputs, require_all=False)
 
     def create_instance(self, spec: InstanceSpec) -> OpenVinoInstance:
         if spec.kind == "GPU":
@@ -96,19 +103,44 @@ class OpenVinoInstance:
             raise Unavailable(f"failed to load model '{spec.model_name}': {exc}") from None
         self._request = self._compiled.create_infer_request()
         self._ports = {o.name: self._compiled.output(o.name) for o in config.output}
+        # With batch padding, each input's fixed batch size, which smaller batches are padded up to.
+        self._pad_to: dict[str, int] = {}
+        if _batch_padding(config):
+            for port in model.inputs:
+                shape = port.get_partial_shape()
+                if shape.rank.is_static and len(shape) > 0 and shape[0].is_static:
+                    self._pad_to[port.get_any_name()] = shape[0].get_length()
 
     def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         return framework.execute(requests, self._run_request)
 
     def _run_request(self, request: BackendRequest) -> Outputs:
+        inputs = {n: np.ascontiguousarray(a) for n, a in request.inputs.items()}
+        batch = None
+        if self._pad_to:
+            batch = next(iter(inputs.values())).shape[0]
+            inputs = {n: self._padded(n, a) for n, a in inputs.items()}
         try:
             # The inputs are not written to, so OpenVINO may read them in place.
-            results = self._request.infer(
-                {n: np.ascontiguousarray(a) for n, a in request.inputs.items()}, share_inputs=True
-            )
+            results = self._request.infer(inputs, share_inputs=True)
         except Exception as exc:
             raise InternalError(f"OpenVINO error while running model '{self._model_name}': {exc}") from None
-        return {name: results[self._ports[name]] for name in request.outputs}
+        outputs = {name: results[self._ports[name]] for name in request.outputs}
+        if batch is not None:
+            outputs = {name: array[:batch] for name, array in outputs.items()}
+        return outputs
+
+    def _padded(self, name: str, array: np.ndarray) -> np.ndarray:
+        size = self._pad_to.get(name)
+        if size is None or array.shape[0] == size:
+            return array
+        if array.shape[0] > size:
+            raise InternalError(
+                f"model '{self._model_name}': batch of {array.shape[0]} for input '{name}' is larger than "
+                f"the model's fixed batch size {size}"
+            )
+        padding = np.zeros((size - array.shape[0], *array.shape[1:]), dtype=array.dtype)
+        return np.concatenate([array, padding])
 
     def close(self) -> None:
         del self._request, self._compiled
@@ -127,9 +159,17 @@ def _read(model_file: Path) -> Any:
         raise Unavailable(f"failed to load '{model_file}': {exc}") from None
 
 
+def _batch_padding(config: mc.ModelConfig) -> bool:
+    return config.max_batch_size > 0 and framework.bool_parameter(config, "ENABLE_BATCH_PADDING", False)
+
+
 def _prepare(config: mc.ModelConfig, model: Any) -> Any:
-    """Make the first dimension dynamic for a batching model, unless told to keep it."""
-    if config.max_batch_size <= 0 or framework.bool_parameter(config, "SKIP_OV_DYNAMIC_BATCHSIZE", False):
+    """Make the first dimension dynamic for a batching model, unless told to keep it (or to pad to it)."""
+    if (
+        config.max_batch_size <= 0
+        or framework.bool_parameter(config, "SKIP_OV_DYNAMIC_BATCHSIZE", False)
+        or _batch_padding(config)
+    ):
         return model
     shapes = {}
     for port in model.inputs:
@@ -148,11 +188,14 @@ def _prepare(config: mc.ModelConfig, model: Any) -> Any:
     return model
 
 
-def _tensors(ports: Any) -> list[ModelTensor]:
+def _tensors(ports: Any, batch_first: bool = False) -> list[ModelTensor]:
+    """The model's tensors as configs see them; `batch_first`: a fixed first dimension is the batch."""
     tensors = []
     for port in ports:
         shape = port.get_partial_shape()
         dims = None if shape.rank.is_dynamic else tuple(d.get_length() if d.is_static else -1 for d in shape)
+        if batch_first and dims:
+            dims = (-1, *dims[1:])
         data_type = _OV_TYPES.get(port.get_element_type().get_type_name(), mc.TYPE_INVALID)
         tensors.append(ModelTensor(port.get_any_name(), data_type, dims))
     return tensors

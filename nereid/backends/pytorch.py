@@ -67,7 +67,7 @@ class PyTorchBackend:
 
     def check(self, config: mc.ModelConfig, model_file: Path) -> None:
         for tensor in [*config.input, *config.output]:
-            if tensor.data_type not in _TORCH_TYPES.values():
+            if tensor.data_type not in _TORCH_TYPES.values() and tensor.data_type != mc.TYPE_STRING:
                 raise ModelConfigError(
                     f"model '{config.name}': tensor '{tensor.name}' has data type "
                     f"{mc.DataType.Name(tensor.data_type)}, which the PyTorch backend does not support"
@@ -114,6 +114,9 @@ class PyTorchInstance:
         self._input_order = _input_order(config, argument_names)
         self._output_index = _output_index(config)
         self._output_types = {o.name: framework.numpy_type(o.data_type) for o in config.output}
+        # TorchScript takes and returns strings as List[str], as in Triton's PyTorch backend.
+        self._string_inputs = {i.name for i in config.input if i.data_type == mc.TYPE_STRING}
+        self._string_outputs = {o.name for o in config.output if o.data_type == mc.TYPE_STRING}
 
     def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
         return framework.execute(requests, self._run_request)
@@ -124,7 +127,12 @@ class PyTorchInstance:
         if self._intra_threads and torch.get_num_threads() != self._intra_threads:
             torch.set_num_threads(self._intra_threads)
         try:
-            arguments = [_to_torch(request.inputs[name], self._device) for name in self._input_order]
+            arguments = [
+                _strings_in(request.inputs[name])
+                if name in self._string_inputs
+                else _to_torch(request.inputs[name], self._device)
+                for name in self._input_order
+            ]
         except KeyError as exc:  # an optional input left out: TorchScript has no defaults to use
             raise InternalError(
                 f"model '{self._model_name}': input {exc} is required by the PyTorch model"
@@ -136,10 +144,15 @@ class PyTorchInstance:
                 result = self._module(*arguments)
         except Exception as exc:
             raise InternalError(f"PyTorch error while running model '{self._model_name}': {exc}") from None
-        values = list(result) if isinstance(result, tuple | list) else [result]
+        # One List[str] output is a value of its own, not a list of outputs.
+        strings = isinstance(result, list) and bool(result) and all(isinstance(v, str) for v in result)
+        values = list(result) if isinstance(result, tuple | list) and not strings else [result]
         outputs: Outputs = {}
         for name in request.outputs:
             index = self._output_index[name]
+            if name in self._string_outputs and index < len(values) and isinstance(values[index], list):
+                outputs[name] = _strings_out(values[index])
+                continue
             if index >= len(values) or not isinstance(values[index], torch.Tensor):
                 raise InternalError(
                     f"model '{self._model_name}': output '{name}' is item {index} of what the model returns, "
@@ -246,6 +259,16 @@ def _set_threads(config: mc.ModelConfig) -> int:
                 torch.get_num_interop_threads(),
             )
     return max(intra, 0)
+
+
+def _strings_in(array: np.ndarray) -> list[str]:
+    """A BYTES tensor as the List[str] a TorchScript model takes (its elements in order)."""
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in array.reshape(-1)]
+
+
+def _strings_out(values: list[Any]) -> np.ndarray:
+    """A List[str] the model returned, as a 1-D BYTES tensor."""
+    return np.array([v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values], dtype=np.object_)
 
 
 def _to_torch(array: np.ndarray, device: torch.device) -> torch.Tensor:

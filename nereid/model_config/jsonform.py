@@ -36,10 +36,29 @@ def config_to_json(config: mc.ModelConfig) -> dict[str, Any]:
 def config_from_json(data: dict[str, Any]) -> mc.ModelConfig:
     config = mc.ModelConfig()
     try:
-        json_format.ParseDict(data, config)
+        json_format.ParseDict(_single_items_listed(data, config.DESCRIPTOR), config)
     except json_format.ParseError as exc:
         raise InvalidArgument(f"failed to parse model configuration JSON: {exc}") from None
     return config
+
+
+def _single_items_listed(data: Any, descriptor: Descriptor) -> Any:
+    """A repeated message field given one object (`"instance_group": {"kind": ...}`) as a list of it:
+    Triton takes that form, protobuf's parser alone does not."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for key, value in data.items():
+        field = descriptor.fields_by_name.get(key) or descriptor.fields_by_camelcase_name.get(key)
+        if field is None or field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        if _is_repeated(field):
+            items = [value] if isinstance(value, dict) else value
+            if isinstance(items, list):
+                out[key] = [_single_items_listed(item, field.message_type) for item in items]
+        else:
+            out[key] = _single_items_listed(value, field.message_type)
+    return out
 
 
 def _normalize(data: dict[str, Any], descriptor: Descriptor) -> dict[str, Any]:

@@ -69,7 +69,7 @@ def load_ensemble(
         result.failures[None] = exc.message
         return
     folders = version_folders(source.path)
-    wanted = select_versions(config.version_policy, list(folders))
+    wanted = select_versions(config.version_policy, list(folders), source.name)
     if not wanted:
         result.failures[None] = f"model '{name}' has no versions to load under its version policy"
     config_json = config_to_json(config)
@@ -155,7 +155,9 @@ def check_members(config: mc.ModelConfig, members: EnsembleMembers) -> list[mc.M
     seen: dict[str, tuple[str, int, list[int], list[int]]] = {}
     checked: list[mc.ModelConfig] = []
     for tensor in list(config.input) + list(config.output):
-        seen[tensor.name] = (name, tensor.data_type, list(tensor.dims), batch + list(tensor.dims))
+        # Inside the ensemble a tensor has the shape its `reshape` gives (the request's dims outside).
+        dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
+        seen[tensor.name] = (name, tensor.data_type, dims, batch + dims)
     for index, step in enumerate(config.ensemble_scheduling.step):
         model = found[index]
         if step.model_version >= 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -48,6 +49,8 @@ class LoadResult:
     versions: dict[int, ModelVersion]
     failures: dict[int | None, str]  # None: the model as a whole failed (config, backend, ...)
     members: frozenset[str] | None = None  # an ensemble's composing models; None: not an ensemble
+    withdrawn: tuple[int, ...] = ()  # versions that loaded but were taken down because another failed
+    poll_failure: str | None = None  # the folder cannot be read as a model: it is left out, not failed
 
 
 def load_model(
@@ -67,13 +70,23 @@ def load_model(
     families go."""
     result = LoadResult(source.name, {}, {})
     if source.duplicate_of is not None:
-        result.failures[None] = (
-            f"model '{source.name}' appears in two model repositories ({source.path.parent} and "
-            f"{source.duplicate_of.parent}); rename one of them"
+        # The index gives Triton's reason word for word (clients compare it); the log says where.
+        result.failures[None] = "model appears in two or more repositories"
+        log.error(
+            "model '%s' appears in two model repositories (%s and %s): rename one of them",
+            source.name,
+            source.path.parent,
+            source.duplicate_of.parent,
         )
         return result
     try:
         config, config_source = _source_config(source, settings, config_override)
+        if config_source.path is None and config_override is None and not settings.auto_complete_config:
+            # Nothing to complete a configuration from: Triton cannot poll such a folder, and leaves it
+            # out of the models it serves (and of strict readiness) rather than failing it.
+            missing = source.path / "config.pbtxt"
+            result.poll_failure = f"failed to open text file for read {missing}: No such file or directory"
+            return result
         if members is not None and is_ensemble(config):
             statistics = partial(model_statistics, settings, config)
             load_ensemble(source, config, config_source, members, result, serving, statistics)
@@ -84,7 +97,7 @@ def load_model(
         result.failures[None] = exc.message
         return result
     config_json = config_to_json(config)
-    wanted = select_versions(config.version_policy, list(folders))
+    wanted = select_versions(config.version_policy, list(folders), source.name)
     if not wanted:
         result.failures[None] = f"model '{source.name}' has no versions to load under its version policy"
     for version in wanted:
@@ -116,10 +129,24 @@ def load_model(
         except Exception as exc:  # a backend failing in an unforeseen way fails this version only
             log.exception("loading version %d of model '%s' failed", version, source.name)
             result.failures[version] = f"{type(exc).__name__}: {exc}"
+    if result.failures and result.versions:
+        _withdraw(result, serving or {})
     loaded = sorted(result.versions)
     for model_version in result.versions.values():
         model_version.metadata["versions"] = [str(v) for v in loaded]
     return result
+
+
+def _withdraw(result: LoadResult, serving: Mapping[int, ModelVersion]) -> None:
+    """As in Triton, a model serves only when every version its policy names has loaded: the versions
+    built by a load where another version failed are stopped again (versions kept from `serving` are not
+    ours to stop; the manager decides whether they go on serving)."""
+    kept = {id(model) for model in serving.values()}
+    for model_version in result.versions.values():
+        if id(model_version) not in kept:
+            model_version.stop()
+    result.withdrawn = tuple(sorted(result.versions))
+    result.versions = {}
 
 
 def _source_config(
@@ -145,7 +172,10 @@ def _complete_config(
     if not config.default_model_filename:
         config.default_model_filename = backend.default_model_filename
     if settings.auto_complete_config and folders:
-        latest = folders[max(folders)]
+        # The newest version the policy loads, as Triton completes from a version it loads (not the
+        # newest folder, which a specific policy may leave out).
+        named = set(config.version_policy.specific.versions) & set(folders)
+        latest = folders[max(named) if config.version_policy.HasField("specific") and named else max(folders)]
         backend.auto_complete(config, latest / config.default_model_filename, settings.default_max_batch_size)
     _fill_defaults(config, backend)
     validate_config(config, config_source, source.name)
@@ -208,6 +238,28 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
         optimization.output_pinned_memory.enable = True
 
 
+def _create_instances(
+    backend: Backend, specs: list[InstanceSpec]
+) -> list[ModelInstance | AsyncModelInstance]:
+    """Start a version's instances side by side, as Triton does: a model whose instances each take long
+    to initialize loads in the time of one. If one fails, those that started are closed again."""
+    if len(specs) == 1:
+        return [backend.create_instance(specs[0])]
+    with ThreadPoolExecutor(max_workers=min(len(specs), 8), thread_name_prefix="instance-start") as pool:
+        futures = [pool.submit(backend.create_instance, spec) for spec in specs]
+    instances, failure = [], None
+    for future in futures:
+        try:
+            instances.append(future.result())
+        except BaseException as exc:  # the first failure is the one reported
+            failure = failure or exc
+    if failure is not None:
+        for instance in instances:
+            instance.close()
+        raise failure
+    return instances
+
+
 def model_statistics(settings: ServerSettings, config: mc.ModelConfig) -> ModelStatistics:
     """A version's statistics, with the latency summaries and histograms that --metrics-config asks for."""
     return ModelStatistics(
@@ -253,37 +305,33 @@ def _load_version(
     backend.check(config, model_file)
     samples = warmup_samples(config, source.path)  # a bad warmup setting fails before any instance starts
     backend_config = settings.backend_config.get(backend.name, {})
-    instances: list[ModelInstance | AsyncModelInstance] = []
+    specs: list[InstanceSpec] = []
     claims: list[Claim] = []  # what each instance needs from the rate limiter
-    try:
-        for group in config.instance_group:
-            kind = mc.ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
-            devices = list(group.gpus) or [0]
-            per_device = devices if kind == "GPU" else [0]
-            for device_id in per_device:
-                for index in range(group.count):
-                    spec = InstanceSpec(
-                        model_name=source.name,
-                        version=version,
-                        config=config,
-                        model_dir=source.path,
-                        version_dir=version_dir,
-                        model_file=model_file,
-                        instance_name=f"{group.name}_{index}"
-                        if kind != "GPU"
-                        else f"{group.name}_{index}_gpu{device_id}",
-                        kind=kind,
-                        device_id=device_id,
-                        backend_config=backend_config,
-                        server=server,
-                        custom_metrics=custom_metrics,
-                    )
-                    instances.append(backend.create_instance(spec))
-                    claims.append(Claim.for_group(f"{source.name}:{spec.instance_name}", group, device_id))
-    except BaseException:
-        for instance in instances:
-            instance.close()
-        raise
+    for group in config.instance_group:
+        kind = mc.ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
+        devices = list(group.gpus) or [0]
+        per_device = devices if kind == "GPU" else [0]
+        for device_id in per_device:
+            for index in range(group.count):
+                spec = InstanceSpec(
+                    model_name=source.name,
+                    version=version,
+                    config=config,
+                    model_dir=source.path,
+                    version_dir=version_dir,
+                    model_file=model_file,
+                    instance_name=f"{group.name}_{index}"
+                    if kind != "GPU"
+                    else f"{group.name}_{index}_gpu{device_id}",
+                    kind=kind,
+                    device_id=device_id,
+                    backend_config=backend_config,
+                    server=server,
+                    custom_metrics=custom_metrics,
+                )
+                specs.append(spec)
+                claims.append(Claim.for_group(f"{source.name}:{spec.instance_name}", group, device_id))
+    instances = _create_instances(backend, specs)
     statistics = model_statistics(settings, config)
     label = f"'{source.name}' version {version}"
     try:

@@ -12,6 +12,8 @@ import logging
 import os
 import re
 import threading
+import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -80,6 +82,9 @@ class ModelManager:
         self._transitions: dict[str, ModelState] = {}  # LOADING / UNLOADING while one runs
         self._locks: dict[str, threading.Lock] = {}  # one load or unload at a time per model
         self._locks_guard = threading.Lock()
+        # Models that an ensemble being loaded calls: how many such loads hold each one.
+        self._pinned: Counter[str] = Counter()
+        self._pins_changed = threading.Condition()
         self._polled: dict[str, str] = {}  # poll mode: the folder fingerprint last acted on
         self._stopping = threading.Event()
         self._poller: threading.Thread | None = None
@@ -92,6 +97,8 @@ class ModelManager:
         self.members = EnsembleMembers(self.get)
         self._ensembles: dict[str, frozenset[str]] = {}  # ensemble -> the models its steps call
         self._cascaded: set[str] = set()  # ensembles unloaded because a composing model was
+        # the 'config' a model was last loaded with (and when), until unloaded
+        self._overrides: dict[str, tuple[str, float]] = {}
         self._chain = threading.local()  # models this thread is loading or unloading (no recursion)
         # One for every model, so that resources are shared across models (--rate-limit).
         self._limiter = RateLimiter(settings.rate_limit_resources) if settings.rate_limit else None
@@ -145,7 +152,11 @@ class ModelManager:
         for name in wanted:
             if name not in sources:
                 self._models[name] = _ModelEntry(name, failures={None: _no_folder(name)})
-                log.error("failed to load model '%s': %s", name, _no_folder(name))
+                log.error(
+                    "failed to load '%s': model not found in any model repository (%s)",
+                    name,
+                    _no_folder(name),
+                )
         self._load_sources([sources[name] for name in wanted if name in sources])
 
     def _load_sources(self, sources: list[ModelSource]) -> None:
@@ -166,16 +177,23 @@ class ModelManager:
         serving: dict[int, ModelVersion] | None = None,
         members: EnsembleMembers | None = None,
     ) -> LoadResult:
-        result = load_model(
-            source,
-            self._settings,
-            config,
-            serving,
-            members,
-            limiter=self._limiter,
-            server=self._server,
-            custom_metrics=self.custom_metrics,
-        )
+        retries = self._settings.model_load_retry_count  # --model-load-retry-count
+        while True:
+            result = load_model(
+                source,
+                self._settings,
+                config,
+                serving,
+                members,
+                limiter=self._limiter,
+                server=self._server,
+                custom_metrics=self.custom_metrics,
+            )
+            if not result.failures or source.duplicate_of is not None or retries <= 0:
+                break
+            retries -= 1
+            _log_failures(result)
+            log.info("loading model '%s' again (%d more tries after this one)", source.name, retries)
         for mirror in self._mirrors:  # reasons name the model's place in the bucket, not the local copy
             remote = mirror.remote_path(source.path)
             if remote is not None:
@@ -184,9 +202,17 @@ class ModelManager:
         return result
 
     def _register_loaded(self, source: ModelSource, result: LoadResult) -> None:
+        if result.poll_failure is not None:
+            log.error(
+                "failed to poll model '%s' from the model repository: %s", result.name, result.poll_failure
+            )
+            self._polled[result.name] = _poll_fingerprint(source)
+            return
         _log_failures(result)
-        self._models[result.name] = _ModelEntry(result.name, result.versions, result.failures)
-        self._polled[result.name] = tree_fingerprint(source.path)
+        self._models[result.name] = _ModelEntry(
+            result.name, result.versions, result.failures, result.withdrawn
+        )
+        self._polled[result.name] = _poll_fingerprint(source)
         if result.members is not None:
             self._ensembles[result.name] = result.members
 
@@ -214,10 +240,16 @@ class ModelManager:
         if name in chain:
             return
         chain.add(name)
+        members = self._members_to_load_first(name, files)
+        # An unload of a composing model waits until the ensemble that loads it has loaded (as in Triton),
+        # and then takes the ensemble down with it, rather than pulling the model from under the load.
+        self._pin(members)
         try:
-            self._load_members_first(name, files)
+            for member in members:
+                self._load_member(member)
             self._load(name, config, files)
         finally:
+            self._unpin(members)
             self._reload_dependents(name)
             chain.discard(name)
 
@@ -229,6 +261,14 @@ class ModelManager:
         with self._model_lock(name):
             uploaded = write_model_folder(name, files) if files else None
             source = ModelSource(name, uploaded) if uploaded else self._repository_source(name)
+            if config is None and not files:
+                # As in Triton, a configuration given once stays until unloaded, or until the model's own
+                # config.pbtxt is written after it.
+                kept = self._overrides.get(name)
+                if kept is not None and not _written_since(source.path / "config.pbtxt", kept[1]):
+                    config = kept[0]
+            if source.duplicate_of is not None:  # explicit mode: the versions serving now keep serving
+                raise PollFailed(name, "model appears in two or more repositories")
             current = self._models.get(name)
             # Versions can be kept through a reload only if their files stay where they are.
             reusable = current.versions if current is not None and current.uploaded == uploaded else None
@@ -241,6 +281,8 @@ class ModelManager:
                 raise
             finally:
                 del self._transitions[name]
+            if result.poll_failure is not None:
+                raise PollFailed(name, result.poll_failure)
             _log_failures(result)
             # An ensemble failing its checks against members as they are now cannot keep serving either.
             keep_serving = result.members is None or None not in result.failures
@@ -251,7 +293,12 @@ class ModelManager:
                 raise InvalidArgument(
                     _load_failed(name, result) + "; the versions already loaded keep serving"
                 )
-            self._models[name] = _ModelEntry(name, result.versions, result.failures, uploaded=uploaded)
+            # Versions served before and not now stay known as unloaded, as in Triton ("not at ready state").
+            earlier = set(current.versions) | set(current.unloaded) if current is not None else set()
+            unloaded = (earlier | set(result.withdrawn)) - set(result.versions) - set(result.failures)
+            self._models[name] = _ModelEntry(
+                name, result.versions, result.failures, tuple(sorted(unloaded)), uploaded=uploaded
+            )
             self._cascaded.discard(name)
             if result.members is not None:
                 self._ensembles[name] = result.members
@@ -259,6 +306,8 @@ class ModelManager:
                 self._retire(current, keep=result.versions.values())
             if result.failures:
                 raise InvalidArgument(_load_failed(name, result))
+            if config is not None and not files:
+                self._overrides[name] = (config, time.time())
 
     def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Stop serving `name` once the requests it holds are answered. Unknown names are not an error.
@@ -268,13 +317,14 @@ class ModelManager:
         if name in chain:
             return
         chain.add(name)
+        self._cascaded.discard(name)  # unloaded on purpose: it does not come back with its members
         try:
             self._unload(name)
             for ensemble in self._dependents(name):
                 entry = self._models.get(ensemble)
                 if entry is not None and entry.versions:
-                    self._cascaded.add(ensemble)
                     self.unload(ensemble)
+                    self._cascaded.add(ensemble)
             if unload_dependents:
                 for member in sorted(self._ensembles.get(name, ())):
                     if not any(self._loaded_ensemble(e) for e in self._dependents(member)):
@@ -287,6 +337,8 @@ class ModelManager:
         return entry is not None and bool(entry.versions)
 
     def _unload(self, name: str) -> None:
+        self._wait_unpinned(name)
+        self._overrides.pop(name, None)
         with self._model_lock(name):
             current = self._models.get(name)
             if current is None or not current.versions:
@@ -308,19 +360,44 @@ class ModelManager:
     def _dependents(self, name: str) -> list[str]:
         return sorted(e for e, members in list(self._ensembles.items()) if name in members and e != name)
 
-    def _load_members_first(self, name: str, files: dict[str, bytes] | None) -> None:
+    def _members_to_load_first(self, name: str, files: dict[str, bytes] | None) -> list[str]:
+        """An ensemble's composing models, which explicit mode loads with it; none otherwise."""
         if self.control_mode != "explicit" or files:
-            return
+            return []
         source = self._discover().get(name)
         members = source_ensemble_members(source, self._settings) if source is not None else None
-        for member in sorted(members or ()):
-            entry = self._models.get(member)
-            if entry is not None and entry.versions:
-                continue
-            try:
-                self.load(member)
-            except (InvalidArgument, NotFound, Unavailable):
-                pass  # logged; the ensemble then fails naming the model it lacks
+        return sorted(members or ())
+
+    def _load_member(self, member: str) -> None:
+        entry = self._models.get(member)
+        if entry is not None and entry.versions:
+            return
+        try:
+            self.load(member)
+        except (InvalidArgument, NotFound, Unavailable, PollFailed):
+            pass  # logged; the ensemble then fails naming the model it lacks
+
+    def _own_pins(self) -> Counter[str]:
+        pins: Counter[str] | None = getattr(self._chain, "pins", None)
+        if pins is None:
+            pins = self._chain.pins = Counter()
+        return pins
+
+    def _pin(self, names: list[str]) -> None:
+        self._own_pins().update(names)
+        with self._pins_changed:
+            self._pinned.update(names)
+
+    def _unpin(self, names: list[str]) -> None:
+        self._own_pins().subtract(names)
+        with self._pins_changed:
+            self._pinned.subtract(names)
+            self._pins_changed.notify_all()
+
+    def _wait_unpinned(self, name: str) -> None:
+        own = self._own_pins()[name]  # this thread's own loads never wait for themselves
+        with self._pins_changed:
+            self._pins_changed.wait_for(lambda: self._pinned[name] <= own)
 
     def _reload_dependents(self, name: str) -> None:
         for ensemble in self._dependents(name):
@@ -381,15 +458,18 @@ class ModelManager:
         for name, source in sources.items():
             if self._stopping.is_set():
                 return
-            fingerprint = tree_fingerprint(source.path)
+            fingerprint = _poll_fingerprint(source)
             if self._polled.get(name) == fingerprint:
                 continue
             # Remember the attempt even if it fails: a half-written folder changes again when complete.
             self._polled[name] = fingerprint
+            if source.duplicate_of is not None:
+                self._take_down_duplicate(name)
+                continue
             log.info("model '%s' changed on disk: loading it", name)
             try:
                 self.load(name)
-            except (InvalidArgument, NotFound, Unavailable) as exc:
+            except (InvalidArgument, NotFound, Unavailable, PollFailed) as exc:
                 log.error("%s", exc.message)
         for name in [n for n in self._models if n not in sources]:
             entry = self._models.get(name)
@@ -399,8 +479,14 @@ class ModelManager:
             if entry.versions:
                 log.info("model '%s' was removed from the repository: unloading it", name)
                 self.unload(name)
-            else:
+            elif not entry.unloaded:  # an unloaded model stays known, as in Triton: "no available versions"
                 self._models.pop(name, None)
+
+    def _take_down_duplicate(self, name: str) -> None:
+        """Poll mode: a model that now appears in a second repository stops serving, as in Triton, which
+        cannot poll it any more: like a removed model, it does not count against strict readiness."""
+        log.error("failed to load '%s': model appears in two or more repositories", name)
+        self.unload(name)
 
     # lookups for the serving path
     def get(self, name: str, version: str = "") -> ModelVersion:
@@ -515,19 +601,34 @@ class RepositoryMissing(NotFound):
     """A --model-repository folder does not exist: the server cannot initialize."""
 
 
+def _written_since(path: Path, moment: float) -> bool:
+    try:
+        return path.stat().st_mtime > moment
+    except OSError:
+        return False
+
+
+def _poll_fingerprint(source: ModelSource) -> str:
+    """What poll mode compares: the folder's files, and whether a second repository has the name too."""
+    fingerprint = tree_fingerprint(source.path)
+    return fingerprint if source.duplicate_of is None else f"{fingerprint}:duplicate"
+
+
 def _no_folder(name: str) -> str:
     return f"no model folder named '{name}' in the model repository"
 
 
 def _log_failures(result: LoadResult) -> None:
+    # Triton's wording ("failed to load 'm' version 2: ..."), which tools look for in the log.
     for version, reason in result.failures.items():
-        what = f"model '{result.name}'" + (f" version {version}" if version is not None else "")
+        what = f"'{result.name}'" + (f" version {version}" if version is not None else "")
         log.error("failed to load %s: %s", what, reason)
 
 
 def _load_failed(name: str, result: LoadResult) -> str:
+    # Triton's words for a failed version ("version 2 is at UNAVAILABLE state: ..."), which clients match.
     reasons = "; ".join(
-        (f"version {version}: " if version is not None else "") + reason
+        (f"version {version} is at UNAVAILABLE state: " if version is not None else "") + reason
         for version, reason in sorted(result.failures.items(), key=lambda kv: kv[0] or 0)
     )
     return f"load failed for model '{name}': {reasons}"

@@ -44,23 +44,39 @@ def version_folders(model_dir: Path) -> dict[int, Path]:
     for entry in sorted(model_dir.iterdir()):
         if not entry.is_dir() or entry.name == "configs" or entry.name.startswith("."):
             continue
-        if entry.name.isdigit():
-            versions[int(entry.name)] = entry
-        else:
+        # Triton's wording: tools that watch its log look for these words.
+        if not entry.name.isdigit():
             log.warning(
-                "ignoring '%s' in model '%s': version folders must be numeric", entry.name, model_dir.name
+                "ignore version directory '%s' which fails to convert to integral number (model '%s')",
+                entry.name,
+                model_dir.name,
             )
+        elif len(entry.name) > 1 and entry.name.startswith("0"):  # "003" is not version 3
+            log.warning(
+                "ignore version directory '%s' which contains leading zeros in its directory name (model '%s')",
+                entry.name,
+                model_dir.name,
+            )
+        else:
+            versions[int(entry.name)] = entry
     return versions
 
 
-def select_versions(policy: mc.ModelVersionPolicy, available: list[int]) -> list[int]:
-    """The versions a version policy serves, ascending. Default: the latest one."""
+def select_versions(policy: mc.ModelVersionPolicy, available: list[int], model_name: str = "") -> list[int]:
+    """The versions a version policy serves, ascending. Default: the latest one. A specific version
+    without a folder is left out (logged), as Triton does: the others still load."""
     ordered = sorted(available)
     choice = policy.WhichOneof("policy_choice")
     if choice == "all":
         return ordered
     if choice == "specific":
-        return sorted(set(policy.specific.versions))
+        for version in sorted(set(policy.specific.versions) - set(ordered)):
+            log.error(
+                "version %d is specified for model '%s', but the version directory is not present",
+                version,
+                model_name,
+            )
+        return sorted(set(policy.specific.versions) & set(ordered))
     count = policy.latest.num_versions if choice == "latest" else 1
     return ordered[-count:] if count > 0 else []
 

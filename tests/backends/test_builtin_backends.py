@@ -366,3 +366,16 @@ def test_identity_answers_with_parameters_counts_input_bytes_and_logs_them(
     assert any("input INPUT2" in m and m.endswith("byte_size = 11") for m in logged)
     # unloaded, the model's series goes
     assert not [f for f in engine.models.custom_metrics.snapshot() if f.name == BYTE_SIZE_METRIC]
+
+
+def test_a_gpu_instance_of_a_test_backend_fails_in_tritons_words(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    model_dir(tmp_path, "on_gpu", IDENTITY + "instance_group [{ kind: KIND_GPU }]")
+    with serving(tmp_path) as engine:
+        assert failure(engine, "on_gpu").startswith("Internal: GPU instances not supported")
+    assert "failed to load 'on_gpu' version 1: Internal: GPU instances not supported" in caplog.text
+
+
+def test_an_identity_model_without_tensors_loads(tmp_path: Path) -> None:
+    model_dir(tmp_path, "bare_identity", 'backend: "identity"\ninstance_group [{ kind: KIND_CPU count: 2 }]')
+    with serving(tmp_path) as engine:
+        assert engine.models.get("bare_identity").config_json["instance_group"][0]["count"] == 2

@@ -111,3 +111,22 @@ def test_bad_configs_are_refused(tmp_path: Path) -> None:
     with serving(tmp_path) as engine:
         assert "output 'scores' has dims [5] in the configuration" in failure(engine, "wrong_dims")
         assert "asks for KIND_GPU, but OpenVINO has no CUDA device" in failure(engine, "gpu")
+
+
+def test_batch_padding_serves_a_fixed_batch_model(tmp_path: Path) -> None:
+    # one request at a time (no dynamic batcher), each smaller than the model's batch of 4
+    config = WRITTEN.replace("max_batch_size: 8", "max_batch_size: 4").replace("dynamic_batching {}", "") + (
+        'parameters { key: "ENABLE_BATCH_PADDING" value: { string_value: "YES" } }\n'
+    )
+    ov.save_model(_model(batch=4), str(model_dir(tmp_path, "padded", config) / "model.xml"))
+    # Without padding the model still loads, as in Triton: its fixed first dimension is the batch.
+    fixed = config.replace("ENABLE_BATCH_PADDING", "SKIP_OV_DYNAMIC_BATCHSIZE")
+    ov.save_model(_model(batch=4), str(model_dir(tmp_path, "fixed", fixed) / "model.xml"))
+    x = np.random.default_rng(2).standard_normal((4, 4)).astype(np.float32)
+    expected = _direct(x, tmp_path / "padded" / "1" / "model.xml")
+    with serving(tmp_path) as engine:
+        for rows in (1, 3, 4):
+            outputs = infer(engine, "padded", {"x": x[:rows]})
+            np.testing.assert_allclose(outputs["scores"], expected[:rows], rtol=1e-5, atol=1e-5)
+            np.testing.assert_array_equal(outputs["batch"], [[4]] * rows)  # ran padded to the fixed batch
+        np.testing.assert_allclose(infer(engine, "fixed", {"x": x})["scores"], expected, rtol=1e-5, atol=1e-5)

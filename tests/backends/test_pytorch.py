@@ -160,10 +160,6 @@ def test_parameters_and_bad_configs(tmp_path: Path, scripted: torch.jit.ScriptMo
     scripted.save(str(model_dir(tmp_path, "gpu", gpu) / "model.pt"))
     missing_io = 'platform: "pytorch_libtorch"\nmax_batch_size: 2'
     scripted.save(str(model_dir(tmp_path, "no_io", missing_io) / "model.pt"))
-    strings = INDEXED_CONFIG.replace(
-        'TYPE_INT64 dims: [1] },\n  { name: "OUTPUT__2"', 'TYPE_STRING dims: [1] },\n  { name: "OUTPUT__2"'
-    )
-    scripted.save(str(model_dir(tmp_path, "strings", strings) / "model.pt"))
     x, y = _inputs(2, 3)
     try:
         with serving(tmp_path) as engine:
@@ -178,7 +174,6 @@ def test_parameters_and_bad_configs(tmp_path: Path, scripted: torch.jit.ScriptMo
             if not torch.cuda.is_available():
                 assert "asks for KIND_GPU, but PyTorch has no CUDA device" in failure(engine, "gpu")
             assert "no inputs or outputs" in failure(engine, "no_io")
-            assert "TYPE_STRING, which the PyTorch backend does not support" in failure(engine, "strings")
     finally:
         torch.set_num_threads(threads)
 
@@ -243,3 +238,48 @@ def test_sequence_control_inputs_reach_a_torchscript_model(tmp_path: Path) -> No
 
     with serving(tmp_path) as engine:
         assert asyncio.run(sequence(engine)) == [102.0, 2.0]
+
+
+class Words(torch.nn.Module):
+    """Strings in and out as List[str], with a tensor beside them."""
+
+    def forward(self, words: list[str], counts: torch.Tensor) -> tuple[list[str], torch.Tensor]:
+        return [w + "!" for w in words], counts * 2
+
+
+# one 3-element string tensor and one INT32 tensor, in and out
+WORDS_CONFIG = 'backend: "pytorch"\nmax_batch_size: 0\n' + "".join(
+    f'{kind} {{ name: "{name}" data_type: {data_type} dims: [ 3 ] }}\n'
+    for kind, name, data_type in (
+        ("input", "words", "TYPE_STRING"),
+        ("input", "counts", "TYPE_INT32"),
+        ("output", "OUTPUT__0", "TYPE_STRING"),
+        ("output", "OUTPUT__1", "TYPE_INT32"),
+    )
+)
+
+
+def test_string_tensors_are_lists_of_str_for_torchscript(tmp_path: Path) -> None:
+    torch.jit.save(torch.jit.script(Words()), str(model_dir(tmp_path, "words", WORDS_CONFIG) / "model.pt"))
+    words = np.array([b"a", b"bc", "d\u00e9".encode()], dtype=np.object_)
+    with serving(tmp_path) as engine:
+        outputs = infer(engine, "words", {"words": words, "counts": np.arange(3, dtype=np.int32)})
+    assert list(outputs["OUTPUT__0"]) == [b"a!", b"bc!", "d\u00e9!".encode()]
+    np.testing.assert_array_equal(outputs["OUTPUT__1"], [0, 2, 4])
+
+
+class Echo(torch.nn.Module):
+    """A single List[str] output (not a tuple)."""
+
+    def forward(self, words: list[str]) -> list[str]:
+        return words
+
+
+def test_a_single_list_of_strings_is_one_output(tmp_path: Path) -> None:
+    config = WORDS_CONFIG.replace('input { name: "counts" data_type: TYPE_INT32 dims: [ 3 ] }\n', "").replace(
+        'output { name: "OUTPUT__1" data_type: TYPE_INT32 dims: [ 3 ] }\n', ""
+    )
+    torch.jit.save(torch.jit.script(Echo()), str(model_dir(tmp_path, "echo", config) / "model.pt"))
+    words = np.array([b"x", b"y", b"z"], dtype=np.object_)
+    with serving(tmp_path) as engine:
+        assert list(infer(engine, "echo", {"words": words})["OUTPUT__0"]) == [b"x", b"y", b"z"]

@@ -108,6 +108,7 @@ def test_exit_within_the_timeout_with_a_hung_model_and_the_request_answered(
         assert status == 503 and b"the server is stopping" in body, answers
         log = server.log()
         assert "killed 1 Python worker process" in log
+        assert "Model 'hang' (version 1) has 1 in-flight inferences" in log  # what the drain waits for
         assert log.rstrip().endswith('"Nereid stopped"'), log
     finally:
         stop(server.process)

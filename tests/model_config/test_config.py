@@ -105,3 +105,22 @@ def test_json_form_prints_int64_as_numbers_and_round_trips() -> None:
     assert data["dynamic_batching"]["default_queue_policy"]["default_timeout_microseconds"] == 5
     assert list(data)[:4] == ["name", "platform", "backend", "runtime"]
     assert config_from_json(data) == config
+
+
+def test_json_config_takes_one_object_for_a_repeated_field() -> None:
+    config = config_from_json(
+        {
+            "name": "m",
+            "instance_group": {"kind": "KIND_CPU", "count": 5},
+            "input": [{"name": "I", "data_type": "TYPE_FP32", "dims": [1]}],
+            "sequence_batching": {
+                "control_input": {"name": "START", "control": {"kind": "CONTROL_SEQUENCE_START"}}
+            },
+        }
+    )
+    assert [(g.kind, g.count) for g in config.instance_group] == [(mc.ModelInstanceGroup.KIND_CPU, 5)]
+    assert [i.name for i in config.input] == ["I"]
+    assert (
+        config.sequence_batching.control_input[0].control[0].kind
+        == mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START
+    )

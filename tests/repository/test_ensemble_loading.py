@@ -97,3 +97,93 @@ def test_poll_mode_follows_an_ensemble_and_its_member(tmp_path: Path) -> None:
         assert manager.is_ready("a_pipe")
     finally:
         manager.stop()
+
+
+def test_unloading_a_member_waits_for_the_ensemble_that_loads_it(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    from nereid.repository import manager as manager_module
+
+    _simple(tmp_path, "zeta")
+    _ensemble(tmp_path, "pipe", "zeta", ONNX)
+    manager = _manager(tmp_path, "explicit")
+    manager.start()
+    unload_called = threading.Event()
+    unloading = threading.Thread(target=manager.unload, args=("zeta",))
+    original_load, original_unload = manager_module.load_model, manager._unload
+
+    def load_model(source, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if source.name == "zeta":  # the member has loaded: now the unload arrives
+            result = original_load(source, *args, **kwargs)
+            unloading.start()
+            assert unload_called.wait(10)
+            return result
+        unloading.join(1.0)  # an unload that does not wait would be done by now
+        return original_load(source, *args, **kwargs)
+
+    def unload(name: str) -> None:
+        unload_called.set()
+        original_unload(name)
+
+    monkeypatch.setattr(manager_module, "load_model", load_model)
+    monkeypatch.setattr(manager, "_unload", unload)
+    try:
+        manager.load("pipe")  # loads zeta first; the unload of zeta waits until pipe is loaded
+        unloading.join(10)
+        assert not unloading.is_alive()
+        with pytest.raises(NotFound):  # and then takes pipe down with it
+            manager.get("pipe")
+        with pytest.raises(NotFound):
+            manager.get("zeta")
+    finally:
+        manager.stop()
+
+
+def test_an_ensemble_unloaded_on_purpose_stays_unloaded_when_its_member_returns(tmp_path: Path) -> None:
+    _simple(tmp_path, "zeta")
+    _ensemble(tmp_path, "pipe", "zeta", ONNX)
+    manager = _manager(tmp_path, "explicit")
+    manager.start()
+    try:
+        manager.load("pipe")
+        manager.unload("zeta")  # takes pipe down with it
+        manager.load("zeta")  # and brings it back
+        assert manager.get("pipe").version == 1
+        manager.unload("zeta")
+        manager.unload("pipe")  # now asked for: pipe no longer follows zeta
+        manager.load("zeta")
+        with pytest.raises(NotFound):
+            manager.get("pipe")
+    finally:
+        manager.stop()
+
+
+def test_a_start_up_model_without_folder_is_logged_as_not_found(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    manager = ModelManager(
+        ServerSettings(model_repositories=(tmp_path,), model_control_mode="explicit", load_models=("ghost",))
+    )
+    manager.start()
+    try:
+        assert "failed to load 'ghost': model not found in any model repository" in caplog.text
+        assert not manager.all_ready()
+    finally:
+        manager.stop()
+
+
+def test_an_ensemble_tensor_with_reshape_has_the_reshaped_shape_inside(tmp_path: Path) -> None:
+    _simple(tmp_path, "zeta")  # INPUT0, INPUT1 -> OUTPUT0, OUTPUT1, all [16]
+    _ensemble(tmp_path, "pipe", "zeta", ONNX)
+    config = tmp_path / "pipe" / "config.pbtxt"
+    # the request gives A as [4, 4]; inside the ensemble it is the [16] that zeta takes
+    config.write_text(
+        config.read_text().replace(
+            '{ name: "A" data_type: TYPE_INT32 dims: [ 16 ] }',
+            '{ name: "A" data_type: TYPE_INT32 dims: [ 4, 4 ] reshape: { shape: [ 16 ] } }',
+        )
+    )
+    manager = _manager(tmp_path)
+    manager.load_all()
+    try:
+        assert manager.get("pipe").config.input[0].reshape.shape == [16]
+    finally:
+        manager.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -67,8 +68,10 @@ def test_reload_serves_the_new_version_and_retires_the_old(explicit: ModelManage
     explicit.load("alpha")
     assert explicit.get("alpha").version == 2
     assert old.retired and old.drained is not None
-    with pytest.raises(NotFound, match="version 1 is not found"):
+    # the retired version stays known, as in Triton
+    with pytest.raises(Unavailable, match="version 1 is not at ready state"):
         explicit.get("alpha", "1")
+    assert {"name": "alpha", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in explicit.index()
 
 
 def test_reload_without_changes_keeps_the_serving_instances(explicit: ModelManager) -> None:
@@ -121,6 +124,20 @@ def test_config_override_replaces_config_pbtxt(explicit: ModelManager) -> None:
     with pytest.raises(InvalidArgument, match="not valid JSON"):
         explicit.load("alpha", config="{bad")
     assert explicit.get("alpha").config_json["max_batch_size"] == 2  # still serving the override
+    explicit.load("alpha")  # a load without 'config' keeps the one given before, as in Triton
+    assert explicit.get("alpha").config_json["max_batch_size"] == 2
+    explicit.unload("alpha")  # until the model is unloaded
+    explicit.load("alpha")
+    assert explicit.get("alpha").config_json["max_batch_size"] == 8
+
+
+def test_a_config_pbtxt_written_after_an_override_wins(explicit: ModelManager, repo: Path) -> None:
+    explicit.load("alpha", config=json.dumps({"platform": "onnxruntime_onnx", "max_batch_size": 2}))
+    config = repo / "alpha" / "config.pbtxt"
+    later = config.stat().st_mtime + 3600  # written after the override, whatever the clock's resolution
+    os.utime(config, (later, later))
+    explicit.load("alpha")
+    assert explicit.get("alpha").config_json["max_batch_size"] == 8
 
 
 def test_model_delivered_as_files(explicit: ModelManager) -> None:
@@ -183,6 +200,14 @@ def test_poll_applies_changes_on_disk(repo: Path) -> None:
             manager.get("beta")
         manager.poll()  # nothing changed: nothing reloads
         assert manager.get("gamma").version == 1
+        # the removed model stays known as unloaded, however often the repository is polled
+        with pytest.raises(NotFound, match="'beta' has no available versions"):
+            manager.get("beta")
+        # and comes back when its folder does
+        _version(repo, "beta", 1)
+        (repo / "beta" / "config.pbtxt").write_text(CONFIG)
+        manager.poll()
+        assert manager.get("beta").version == 1
     finally:
         manager.stop()
 
@@ -199,3 +224,56 @@ def _wait_for(condition: object, timeout: float = 10.0) -> bool:
         return False
     finally:
         deadline.cancel()
+
+
+def test_load_of_a_folder_without_config_fails_to_poll(repo: Path) -> None:
+    (repo / "alpha" / "config.pbtxt").unlink()
+    settings = ServerSettings(
+        model_repositories=(repo,), model_control_mode="explicit", auto_complete_config=False
+    )
+    manager = ModelManager(settings)
+    manager.start()
+    try:
+        with pytest.raises(
+            PollFailed, match="failed to poll from model repository: failed to open text file"
+        ):
+            manager.load("alpha")
+        assert {"name": "alpha"} in manager.index()  # listed, never loaded
+        assert manager.all_ready()
+    finally:
+        manager.stop()
+
+
+def test_a_model_copied_into_a_second_repository(repo: Path, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+    second = tmp_path_factory.mktemp("second")
+    for mode in ("explicit", "poll"):
+        settings = ServerSettings(model_repositories=(repo, second), model_control_mode=mode)
+        manager = ModelManager(settings)
+        manager.load_all()  # start() without the polling thread: poll() is driven by hand below
+        try:
+            shutil.copytree(repo / "alpha", second / "alpha")
+            if mode == "explicit":  # a load fails to poll it; the version serving keeps serving
+                with pytest.raises(PollFailed, match="failed to load 'alpha', .*two or more repositories"):
+                    manager.load("alpha")
+                assert manager.get("alpha").version == 1
+            else:  # polling takes it down, until the copy goes
+                manager.poll()
+                with pytest.raises(NotFound, match="no available versions"):
+                    manager.get("alpha")
+                assert manager.all_ready()  # not a failed model: polling cannot see it
+                shutil.rmtree(second / "alpha")
+                manager.poll()
+                assert manager.get("alpha").version == 1
+        finally:
+            manager.stop()
+            shutil.rmtree(second / "alpha", ignore_errors=True)
+
+
+def test_a_failed_version_is_named_as_triton_names_it(explicit: ModelManager, repo: Path) -> None:
+    (repo / "alpha" / "config.pbtxt").write_text(CONFIG + "version_policy { all {} }")
+    (repo / "alpha" / "0").mkdir()  # not the latest, which auto-complete reads
+    (repo / "alpha" / "0" / "model.onnx").write_bytes(b"not an onnx file")
+    with pytest.raises(
+        InvalidArgument, match="load failed for model 'alpha': version 0 is at UNAVAILABLE state: "
+    ):
+        explicit.load("alpha")

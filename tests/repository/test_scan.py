@@ -12,14 +12,20 @@ def test_version_policies() -> None:
     assert select_versions(mc.ModelVersionPolicy(), available) == [10]
     assert select_versions(mc.ModelVersionPolicy(latest={"num_versions": 2}), available) == [3, 10]
     assert select_versions(mc.ModelVersionPolicy(all={}), available) == [1, 2, 3, 10]
-    assert select_versions(mc.ModelVersionPolicy(specific={"versions": [2, 7]}), available) == [2, 7]
+
+
+def test_a_specific_version_without_folder_is_left_out(caplog) -> None:  # type: ignore[no-untyped-def]
+    policy = mc.ModelVersionPolicy(specific={"versions": [2, 7]})
+    assert select_versions(policy, [3, 1, 2, 10], "m") == [2]
+    assert "version 7 is specified for model 'm', but the version directory is not present" in caplog.text
 
 
 def test_non_numeric_version_folders_are_ignored(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
-    for name in ("1", "2", "latest", "configs"):
+    for name in ("1", "2", "latest", "003", "0", "configs"):
         (tmp_path / name).mkdir()
-    assert sorted(version_folders(tmp_path)) == [1, 2]
-    assert "ignoring 'latest'" in caplog.text
+    assert sorted(version_folders(tmp_path)) == [0, 1, 2]  # "003" is not version 3
+    assert "ignore version directory 'latest' which fails to convert to integral number" in caplog.text
+    assert "ignore version directory '003' which contains leading zeros in its directory name" in caplog.text
     assert "configs" not in caplog.text
 
 

@@ -148,3 +148,21 @@ def test_a_model_stuck_in_an_execution_reports_not_ready_until_it_recovers(tmp_p
         wait_until(lambda: manager.is_ready("faulty"), what="readiness after the restart")
     finally:
         manager.stop()
+
+
+def test_a_model_whose_initialize_failed_is_not_finalized(tmp_path: Path) -> None:
+    repository = copy_models(tmp_path, "init_fails")
+    (repository / "init_fails" / "1" / "model.py").write_text(
+        "import os\n"
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        "        self.folder = args['model_repository']\n"
+        "        raise RuntimeError('no weights here')\n"
+        "    def finalize(self):\n"
+        "        open(os.path.join(self.folder, 'finalized'), 'w').close()\n"
+        "    def execute(self, requests):\n"
+        "        return []\n"
+    )
+    manager = manager_for(repository)
+    manager.stop()
+    assert not (repository / "init_fails" / "finalized").exists()

@@ -177,6 +177,7 @@ class Worker:
             if hasattr(self._model, "initialize"):
                 self._run(self._model.initialize(args))
         except BaseException as exc:
+            self._model = None  # as in Triton, a model whose initialize failed is never finalized
             self.send((wire.ERROR, describe(exc)))
             return
         self._arena_size = arena_size
