@@ -161,7 +161,7 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
             log.info("Started GRPCInferenceService at %s:%d", settings.grpc_address, port)
         if settings.allow_http:
             frontend = HttpFrontend(engine, settings)
-            http = HttpServer(frontend.handle, error_response, settings.http_max_input_size)
+            http = HttpServer(frontend.dispatch, error_response, settings.http_max_input_size)
             try:
                 await http.start(settings.http_address, settings.http_port, settings.reuse_http_port)
             except OSError as exc:  # the address is taken or cannot be bound

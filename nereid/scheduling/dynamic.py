@@ -105,7 +105,9 @@ class BatcherConfig:
 
 
 @dataclass(eq=False, slots=True)
-class _Entry:
+class QueuedRequest:
+    """A request in the batcher's queue; `future` gets its outputs or its error."""
+
     request: BackendRequest
     pending: Pending
     future: asyncio.Future[Outputs]
@@ -115,7 +117,7 @@ class _Entry:
 
 @dataclass(eq=False, slots=True)
 class _Batch:
-    entries: list[_Entry]
+    entries: list[QueuedRequest]
     order: int  # dispatch order, for preserve_ordering
     results: list[BackendResult] = field(default_factory=list)
     started_ns: int = 0
@@ -143,7 +145,7 @@ class DynamicBatcher:
         # a small one queued behind the running batch.
         self.pool = InstancePool(model_label, instances, limiter=limiter, claims=claims)
         self.pool.on_room = self._schedule
-        self._queue: list[_Entry] = []
+        self._queue: list[QueuedRequest] = []
         self._queued_per_level: dict[int, int] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -162,6 +164,17 @@ class DynamicBatcher:
 
     # the Scheduler protocol
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
+        entry = self.enqueue(request, timing)
+        try:
+            return await entry.future
+        except asyncio.CancelledError:
+            self.withdraw(entry)
+            raise
+
+    def enqueue(self, request: BackendRequest, timing: RequestTiming | None = None) -> QueuedRequest:
+        """Queue a request without waiting for it: its future is resolved once, on the event loop, with its
+        outputs or its error (a caller that waits with no coroutine, as the HTTP infer path does). A caller
+        that goes away calls `withdraw`."""
         if self.pool.closed:
             raise Unavailable(f"model {self._label} is unloading")
         loop = self._loop
@@ -185,19 +198,18 @@ class DynamicBatcher:
             now + timeout_us / 1e6 if timeout_us else None,
             queue_policy.delay_on_timeout,
         )
-        entry = _Entry(request, pending, loop.create_future(), timing, time.perf_counter_ns())
+        entry = QueuedRequest(request, pending, loop.create_future(), timing, time.perf_counter_ns())
         self._queue.append(entry)
         self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
         if pending.deadline is not None:  # so that it is rejected on time even while no instance is free
             self._arm(pending.deadline)
         self._decide_soon()
-        try:
-            return await entry.future
-        except asyncio.CancelledError:
-            # A caller that goes away leaves the queue; once its batch runs, its result is dropped.
-            if entry in self._queue:
-                self._remove([entry])
-            raise
+        return entry
+
+    def withdraw(self, entry: QueuedRequest) -> None:
+        """Its caller went away: it leaves the queue; once its batch runs, its result is dropped."""
+        if entry in self._queue:
+            self._remove([entry])
 
     def pending(self) -> int:
         return len(self._queue)
@@ -289,14 +301,14 @@ class DynamicBatcher:
         self._timer = self._timer_at = None
         self._schedule(woken=True)
 
-    def _remove(self, entries: list[_Entry]) -> None:
+    def _remove(self, entries: list[QueuedRequest]) -> None:
         gone = set(map(id, entries))
         self._queue = [e for e in self._queue if id(e) not in gone]
         for entry in entries:
             self._queued_per_level[entry.pending.priority] -= 1
 
     # executing
-    def _dispatch(self, index: int, entries: list[_Entry]) -> None:
+    def _dispatch(self, index: int, entries: list[QueuedRequest]) -> None:
         batch = _Batch(entries, self._dispatched)
         self._dispatched += 1
         self.pool.submit(index, [e.request for e in entries], partial(self._finished, batch))
