@@ -2,9 +2,10 @@
 
 `Engine.infer` awaits the batcher's future through several coroutines, each resumed when the batch is
 done; for a model that takes microseconds that is a good share of a request's CPU. Here the request is
-admitted and queued at once, and the future's one callback finishes it (statistics, tracing, release) and
-hands the response on. What may wait for something else (the response cache, shared-memory regions held,
-decoupled models, other schedulers) keeps the awaited path.
+admitted and queued at once, and the batcher calls it back when its batch is done (no future, no callback
+scheduled per request): that finishes it (statistics, tracing, release) and hands the response on. What
+may wait for something else (the response cache, shared-memory regions held, decoupled models, other
+schedulers) keeps the awaited path.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 from collections.abc import Callable
 
 from nereid.admission import Admission
-from nereid.backends.base import Outputs
+from nereid.backends.base import BackendResult
 from nereid.repository.model import ModelVersion
 from nereid.scheduling.dynamic import DynamicBatcher, QueuedRequest
 from nereid.types import InferRequest, InferResponse, InferTensor
@@ -33,42 +34,41 @@ class QueuedBatcherInfer:
         self._request = request
         self._admission = admission
         self._batcher = batcher
+        self._answer: Answer | None = None
         try:
-            self._entry: QueuedRequest = batcher.enqueue(admission.backend, admission.timing)
+            self._entry: QueuedRequest = batcher.enqueue(admission.backend, admission.timing, self._resolved)
         except BaseException as exc:
             admission.failed(exc)
             raise
-        self._answer: Answer | None = None
 
     def then(self, callback: Answer) -> None:
-        self._answer = callback
-        self._entry.future.add_done_callback(self._resolved)
+        self._answer = callback  # the batcher answers on a later turn of the event loop, never before
 
     def cancel(self) -> None:
-        self._batcher.withdraw(self._entry)
-        self._entry.future.cancel()
+        entry = self._entry
+        if entry.done is None:  # answered already
+            return
+        self._batcher.withdraw(entry)
+        self._answer = None
+        self._admission.failed(asyncio.CancelledError())
 
-    def _resolved(self, future: asyncio.Future[Outputs]) -> None:
+    def _resolved(self, result: BackendResult) -> None:
         answer = self._answer
-        assert answer is not None
         self._answer = None  # which refers back to this object: no cycle left for the garbage collector
         admission = self._admission
-        if future.cancelled():
-            cancelled = asyncio.CancelledError()
-            admission.failed(cancelled)
-            answer(cancelled)
-            return
-        error = future.exception()
-        if error is not None:
-            admission.failed(error)
-            answer(error)
+        if isinstance(result, BaseException):
+            admission.failed(result)
+            if answer is not None:
+                answer(result)
             return
         try:
-            outputs = admission.finish(future.result())  # which records a failure itself
+            outputs = admission.finish(result)  # which records a failure itself
         except Exception as exc:
-            answer(exc)
+            if answer is not None:
+                answer(exc)
             return
-        answer(infer_response(self._model, self._request, outputs))
+        if answer is not None:
+            answer(infer_response(self._model, self._request, outputs))
 
 
 def infer_response(model: ModelVersion, request: InferRequest, outputs: list[InferTensor]) -> InferResponse:

@@ -106,13 +106,15 @@ class BatcherConfig:
 
 @dataclass(eq=False, slots=True)
 class QueuedRequest:
-    """A request in the batcher's queue; `future` gets its outputs or its error."""
+    """A request in the batcher's queue. Its outputs or its error go to `done`, called once on the event
+    loop, where the caller gave one (no future, no callback scheduled per request); else to `future`."""
 
     request: BackendRequest
     pending: Pending
-    future: asyncio.Future[Outputs]
+    future: asyncio.Future[Outputs] | None
     timing: RequestTiming | None
     queued_ns: int
+    done: Callable[[BackendResult], None] | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -165,16 +167,22 @@ class DynamicBatcher:
     # the Scheduler protocol
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         entry = self.enqueue(request, timing)
+        assert entry.future is not None
         try:
             return await entry.future
         except asyncio.CancelledError:
             self.withdraw(entry)
             raise
 
-    def enqueue(self, request: BackendRequest, timing: RequestTiming | None = None) -> QueuedRequest:
-        """Queue a request without waiting for it: its future is resolved once, on the event loop, with its
-        outputs or its error (a caller that waits with no coroutine, as the HTTP infer path does). A caller
-        that goes away calls `withdraw`."""
+    def enqueue(
+        self,
+        request: BackendRequest,
+        timing: RequestTiming | None = None,
+        done: Callable[[BackendResult], None] | None = None,
+    ) -> QueuedRequest:
+        """Queue a request without waiting for it: `done` (else the entry's future) gets its outputs or its
+        error once, on the event loop, for a caller that waits with no coroutine (the HTTP infer path). A
+        caller that goes away calls `withdraw`."""
         if self.pool.closed:
             raise Unavailable(f"model {self._label} is unloading")
         loop = self._loop
@@ -198,7 +206,8 @@ class DynamicBatcher:
             now + timeout_us / 1e6 if timeout_us else None,
             queue_policy.delay_on_timeout,
         )
-        entry = QueuedRequest(request, pending, loop.create_future(), timing, time.perf_counter_ns())
+        future = loop.create_future() if done is None else None
+        entry = QueuedRequest(request, pending, future, timing, time.perf_counter_ns(), done)
         self._queue.append(entry)
         self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
         if pending.deadline is not None:  # so that it is rejected on time even while no instance is free
@@ -208,6 +217,7 @@ class DynamicBatcher:
 
     def withdraw(self, entry: QueuedRequest) -> None:
         """Its caller went away: it leaves the queue; once its batch runs, its result is dropped."""
+        entry.done = None
         if entry in self._queue:
             self._remove([entry])
 
@@ -254,7 +264,7 @@ class DynamicBatcher:
                 chosen = [self._queue[i] for i in decision.run]
                 self._remove(rejected)
                 for entry in rejected:
-                    resolve(entry.future, QueueTimeout("Request timeout expired"))
+                    _settle(entry, QueueTimeout("Request timeout expired"))
             else:
                 chosen = [self._queue[i] for i in decision.run]
             if not chosen:
@@ -329,21 +339,36 @@ class DynamicBatcher:
 
     def _answer(self, batch: _Batch) -> None:
         answering = time.perf_counter_ns()
-        for entry, result in zip(batch.entries, batch.results, strict=True):
+        entries = batch.entries
+        for entry in entries:
             if entry.timing is not None:
                 entry.timing.queue_ns = max(0, batch.started_ns - entry.queued_ns)
                 entry.timing.infer_ns = batch.infer_ns
                 entry.timing.batched = True
-            resolve(entry.future, result)
         if self._statistics is not None:
-            size = sum(e.pending.batch_size for e in batch.entries)
+            size = sum(e.pending.batch_size for e in entries)
             self._statistics.record_execution(size, 0, batch.infer_ns, time.perf_counter_ns() - answering)
+        for entry, result in zip(entries, batch.results, strict=True):
+            _settle(entry, result)
 
     def _fail_queued(self) -> None:
         queued, self._queue = self._queue, []
         self._queued_per_level.clear()
         for entry in queued:
-            resolve(entry.future, Unavailable(f"model {self._label} is unloading"))
+            _settle(entry, Unavailable(f"model {self._label} is unloading"))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = self._timer_at = None
+
+
+def _settle(entry: QueuedRequest, result: BackendResult) -> None:
+    """Hand a request its result, once: to its callback, or to its future (unless it went away)."""
+    done = entry.done
+    if done is not None:
+        entry.done = None
+        try:
+            done(result)
+        except Exception:  # one caller's failure must not keep the rest of its batch unanswered
+            log.exception("a queued request's completion failed")
+    elif entry.future is not None:
+        resolve(entry.future, result)
