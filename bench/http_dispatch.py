@@ -12,6 +12,7 @@ import asyncio
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import uvloop
 
@@ -21,16 +22,23 @@ from nereid.frontends.http.protocol import HttpRequest, HttpResponse, HttpServer
 REQUEST = b"GET /v2/health/live HTTP/1.1\r\nhost: x\r\n\r\n"
 
 
-class _Transport(asyncio.Transport):
-    def __init__(self) -> None:
+class Transport(asyncio.Transport):
+    """Counts the responses written, keeps the last one, and calls `on_write` (if given) after each."""
+
+    def __init__(self, on_write: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.writes = 0
+        self.last = b""
+        self._on_write = on_write
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.writes += 1
+        self.last = bytes(data)
+        if self._on_write is not None:
+            self._on_write()
 
     def writelines(self, data: object) -> None:
-        self.writes += 1
+        self.write(b"".join(data))  # type: ignore[arg-type]
 
     def close(self) -> None:
         pass
@@ -48,7 +56,7 @@ async def _handler(request: HttpRequest) -> HttpResponse:
 
 async def _measure(requests: int, rounds: int) -> list[float]:
     connection = _Connection(HttpServer(_handler, error_response, 1 << 20))
-    transport = _Transport()
+    transport = Transport()
     connection.connection_made(transport)
     per_request_us = []
     for _ in range(rounds):

@@ -24,12 +24,14 @@ from nereid.engine_client import (
 )
 from nereid.errors import DecoupledModel, InvalidArgument, Unavailable
 from nereid.log_settings import LogSettings, ServerLog
+from nereid.queued_infer import QueuedBatcherInfer, infer_response
 from nereid.repository import ModelManager, ModelVersion
+from nereid.scheduling.dynamic import DynamicBatcher
 from nereid.settings import ServerSettings
 from nereid.shared_memory import SharedMemoryRegistry
 from nereid.streaming import stream_decoupled
 from nereid.tracing import SettingAnswer, SettingUpdate, TraceManager
-from nereid.types import InferRequest, InferResponse, InferTensor, StreamEvent
+from nereid.types import InferRequest, InferResponse, StreamEvent
 
 # Extensions this server implements, named as Triton names them in server metadata.
 EXTENSIONS = (
@@ -128,7 +130,7 @@ class Engine:
                 hit = await cache.lookup(key)
                 lookup_ns = time.perf_counter_ns() - lookup_start
                 if hit is not None:
-                    return self._response(model, request, admission.cached(hit, lookup_start, lookup_ns))
+                    return infer_response(model, request, admission.cached(hit, lookup_start, lookup_ns))
             results = await model.scheduler.execute(admission.backend, admission.timing)
         except BaseException as exc:
             admission.failed(exc)
@@ -138,22 +140,20 @@ class Engine:
             insert_start = time.perf_counter_ns()
             await cache.insert(key, outputs)
             model.statistics.record_cache_miss(lookup_ns + time.perf_counter_ns() - insert_start)
-        return self._response(model, request, outputs, getattr(results, "parameters", None))
+        return infer_response(model, request, outputs, getattr(results, "parameters", None))
 
-    @staticmethod
-    def _response(
-        model: ModelVersion,
-        request: InferRequest,
-        outputs: list[InferTensor],
-        parameters: dict[str, Any] | None = None,
-    ) -> InferResponse:
-        if model.ensemble:  # Triton echoes the sequence controls in an ensemble's response
-            return InferResponse(
-                model.name, model.version_text, outputs, request.id, request.sequence_parameters()
-            )
-        if parameters:  # the backend's own response parameters
-            return InferResponse(model.name, model.version_text, outputs, request.id, parameters)
-        return InferResponse(model.name, model.version_text, outputs, request.id)
+    def infer_queued(self, request: InferRequest) -> QueuedBatcherInfer | None:
+        model = self.models.get(request.model_name, request.model_version)
+        batcher = model.scheduler
+        if (
+            type(batcher) is not DynamicBatcher
+            or model.decoupled
+            or (model.response_cache and self._cache is not None)
+            or request.shared_memory_regions()
+        ):
+            return None
+        admission = Admission(model, request, self.shared_memory)  # counted in flight, checked
+        return QueuedBatcherInfer(model, request, admission, batcher)
 
     async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
         """Any number of responses (decoupled models, see nereid.streaming); one, final, for the others."""

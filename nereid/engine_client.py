@@ -11,7 +11,7 @@ This module imports nothing of the engine, the repository or the backends, so an
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -109,8 +109,25 @@ class ModelServices(Protocol):
     async def model_ready(self, name: str, version: str = "") -> bool: ...
 
 
+class QueuedInfer(Protocol):
+    """A unary request admitted and queued, whose answer comes by callback instead of being awaited."""
+
+    def then(self, callback: Callable[[InferResponse | BaseException], None]) -> None:
+        """Call `callback` once, on the event loop, with the response or the error (call once)."""
+        ...
+
+    def cancel(self) -> None:
+        """The caller went away: the request leaves its queue and counts as cancelled."""
+        ...
+
+
 class EngineClient(ModelServices, Protocol):
     """Everything a frontend asks of the engine. `version` "" means: as the version policy picks."""
+
+    def infer_queued(self, request: InferRequest) -> QueuedInfer | None:
+        """`infer` without a coroutine, where the model's scheduler queues requests (the dynamic batcher):
+        the request is admitted and queued now. None where it cannot be; then the caller awaits `infer`."""
+        ...
 
     # health
     def is_live(self) -> bool: ...

@@ -101,6 +101,6 @@ def request_prefix(request_id: str) -> str:
     return f"[request id: {request_id or '<id_unknown>'}] "
 
 
-def unexpected(exc: Exception) -> InternalError:
+def unexpected(exc: BaseException) -> InternalError:
     """What a client is told about an exception nobody expected (the server logs its traceback)."""
     return InternalError(f"internal error: {type(exc).__name__}: {exc}")

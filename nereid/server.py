@@ -162,7 +162,7 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
         if settings.allow_http:
             frontend = HttpFrontend(engine, settings)
             http = HttpServer(
-                frontend.handle, error_response, settings.http_max_input_size, tracing=engine.tracer
+                frontend.dispatch, error_response, settings.http_max_input_size, tracing=engine.tracer
             )
             try:
                 await http.start(settings.http_address, settings.http_port, settings.reuse_http_port)

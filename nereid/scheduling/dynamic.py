@@ -105,17 +105,21 @@ class BatcherConfig:
 
 
 @dataclass(eq=False, slots=True)
-class _Entry:
+class QueuedRequest:
+    """A request in the batcher's queue. Its outputs or its error go to `done`, called once on the event
+    loop, where the caller gave one (no future, no callback scheduled per request); else to `future`."""
+
     request: BackendRequest
     pending: Pending
-    future: asyncio.Future[Outputs]
+    future: asyncio.Future[Outputs] | None
     timing: RequestTiming | None
     queued_ns: int
+    done: Callable[[BackendResult], None] | None = None
 
 
 @dataclass(eq=False, slots=True)
 class _Batch:
-    entries: list[_Entry]
+    entries: list[QueuedRequest]
     order: int  # dispatch order, for preserve_ordering
     results: list[BackendResult] = field(default_factory=list)
     started_ns: int = 0
@@ -143,7 +147,7 @@ class DynamicBatcher:
         # a small one queued behind the running batch.
         self.pool = InstancePool(model_label, instances, limiter=limiter, claims=claims)
         self.pool.on_room = self._schedule
-        self._queue: list[_Entry] = []
+        self._queue: list[QueuedRequest] = []
         self._queued_per_level: dict[int, int] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -162,6 +166,23 @@ class DynamicBatcher:
 
     # the Scheduler protocol
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
+        entry = self.enqueue(request, timing)
+        assert entry.future is not None
+        try:
+            return await entry.future
+        except asyncio.CancelledError:
+            self.withdraw(entry)
+            raise
+
+    def enqueue(
+        self,
+        request: BackendRequest,
+        timing: RequestTiming | None = None,
+        done: Callable[[BackendResult], None] | None = None,
+    ) -> QueuedRequest:
+        """Queue a request without waiting for it: `done` (else the entry's future) gets its outputs or its
+        error once, on the event loop, for a caller that waits with no coroutine (the HTTP infer path). A
+        caller that goes away calls `withdraw`."""
         if self.pool.closed:
             raise Unavailable(f"model {self._label} is unloading")
         loop = self._loop
@@ -185,19 +206,20 @@ class DynamicBatcher:
             now + timeout_us / 1e6 if timeout_us else None,
             queue_policy.delay_on_timeout,
         )
-        entry = _Entry(request, pending, loop.create_future(), timing, time.perf_counter_ns())
+        future = loop.create_future() if done is None else None
+        entry = QueuedRequest(request, pending, future, timing, time.perf_counter_ns(), done)
         self._queue.append(entry)
         self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
         if pending.deadline is not None:  # so that it is rejected on time even while no instance is free
             self._arm(pending.deadline)
         self._decide_soon()
-        try:
-            return await entry.future
-        except asyncio.CancelledError:
-            # A caller that goes away leaves the queue; once its batch runs, its result is dropped.
-            if entry in self._queue:
-                self._remove([entry])
-            raise
+        return entry
+
+    def withdraw(self, entry: QueuedRequest) -> None:
+        """Its caller went away: it leaves the queue; once its batch runs, its result is dropped."""
+        entry.done = None
+        if entry in self._queue:
+            self._remove([entry])
 
     def pending(self) -> int:
         return len(self._queue)
@@ -242,7 +264,7 @@ class DynamicBatcher:
                 chosen = [self._queue[i] for i in decision.run]
                 self._remove(rejected)
                 for entry in rejected:
-                    resolve(entry.future, QueueTimeout("Request timeout expired"))
+                    _settle(entry, QueueTimeout("Request timeout expired"))
             else:
                 chosen = [self._queue[i] for i in decision.run]
             if not chosen:
@@ -289,14 +311,14 @@ class DynamicBatcher:
         self._timer = self._timer_at = None
         self._schedule(woken=True)
 
-    def _remove(self, entries: list[_Entry]) -> None:
+    def _remove(self, entries: list[QueuedRequest]) -> None:
         gone = set(map(id, entries))
         self._queue = [e for e in self._queue if id(e) not in gone]
         for entry in entries:
             self._queued_per_level[entry.pending.priority] -= 1
 
     # executing
-    def _dispatch(self, index: int, entries: list[_Entry]) -> None:
+    def _dispatch(self, index: int, entries: list[QueuedRequest]) -> None:
         batch = _Batch(entries, self._dispatched)
         self._dispatched += 1
         self.pool.submit(index, [e.request for e in entries], partial(self._finished, batch))
@@ -317,21 +339,36 @@ class DynamicBatcher:
 
     def _answer(self, batch: _Batch) -> None:
         answering = time.perf_counter_ns()
-        for entry, result in zip(batch.entries, batch.results, strict=True):
+        entries = batch.entries
+        for entry in entries:
             if entry.timing is not None:
                 entry.timing.queue_ns = max(0, batch.started_ns - entry.queued_ns)
                 entry.timing.infer_ns = batch.infer_ns
                 entry.timing.batched = True
-            resolve(entry.future, result)
         if self._statistics is not None:
-            size = sum(e.pending.batch_size for e in batch.entries)
+            size = sum(e.pending.batch_size for e in entries)
             self._statistics.record_execution(size, 0, batch.infer_ns, time.perf_counter_ns() - answering)
+        for entry, result in zip(entries, batch.results, strict=True):
+            _settle(entry, result)
 
     def _fail_queued(self) -> None:
         queued, self._queue = self._queue, []
         self._queued_per_level.clear()
         for entry in queued:
-            resolve(entry.future, Unavailable(f"model {self._label} is unloading"))
+            _settle(entry, Unavailable(f"model {self._label} is unloading"))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = self._timer_at = None
+
+
+def _settle(entry: QueuedRequest, result: BackendResult) -> None:
+    """Hand a request its result, once: to its callback, or to its future (unless it went away)."""
+    done = entry.done
+    if done is not None:
+        entry.done = None
+        try:
+            done(result)
+        except Exception:  # one caller's failure must not keep the rest of its batch unanswered
+            log.exception("a queued request's completion failed")
+    elif entry.future is not None:
+        resolve(entry.future, result)

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from nereid.frontends.http import error_response
-from nereid.frontends.http.protocol import HttpRequest, HttpResponse, HttpServer
+from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, HttpResponse, HttpServer
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
@@ -381,3 +381,69 @@ def test_each_request_runs_in_a_task_and_a_context_of_its_own() -> None:
 
     asyncio.run(scenario())
     assert seen == [(True, "unset", True), (True, "unset", True)]
+
+
+class _Later(DeferredResponse):
+    """A response that a test hands over by callback, or cancels."""
+
+    __slots__ = ("callback", "cancelled")
+
+    def __init__(self) -> None:
+        self.callback: Callable[[HttpResponse], None] | None = None
+        self.cancelled = asyncio.Event()
+
+    def then(self, callback: Callable[[HttpResponse], None]) -> None:
+        self.callback = callback
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+def test_deferred_responses_answer_by_callback_in_order() -> None:
+    async def scenario() -> None:
+        waiting: list[_Later] = []
+
+        def handler(request: HttpRequest) -> _Later | HttpResponse:
+            if request.path == "/now":  # a response handed back at once, with no coroutine
+                return HttpResponse(200, b"now")
+            later = _Later()
+            waiting.append(later)
+            return later
+
+        async with _server(handler) as server:  # type: ignore[arg-type]
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(_post("/a", b"") + _post("/now", b"") + _post("/b", b""))
+            while not waiting:
+                await asyncio.sleep(0.01)
+            assert len(waiting) == 1  # the next requests wait for the first answer (pipelining)
+            first = waiting[0].callback
+            assert first is not None
+            first(HttpResponse(200, b"a"))
+            assert (await _read_response(reader))[2] == b"a"
+            assert (await _read_response(reader))[2] == b"now"
+            while len(waiting) < 2:
+                await asyncio.sleep(0.01)
+            second = waiting[1].callback
+            assert second is not None
+            second(HttpResponse(201, b"b"))
+            assert (await _read_response(reader))[:3:2] == (201, b"b")
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_client_leaving_cancels_its_deferred_response() -> None:
+    async def scenario() -> None:
+        later = _Later()
+
+        async with _server(lambda request: later) as server:  # type: ignore[arg-type,return-value]
+            _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(_post("/slow", b""))
+            while later.callback is None:
+                await asyncio.sleep(0.01)
+            writer.close()
+            await asyncio.wait_for(later.cancelled.wait(), 5)
+            assert not server._connections  # and nothing waits for it any more
+            later.callback(HttpResponse(200, b"late"))  # an answer after the cancellation goes nowhere
+
+    asyncio.run(scenario())

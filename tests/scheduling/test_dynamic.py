@@ -453,3 +453,26 @@ def test_triton_delay_scheduler_holds_the_first_decision_until_that_many_are_que
         await asyncio.gather(*tasks)
 
     asyncio.run(go())
+
+
+@_sync
+async def test_a_request_queued_with_a_callback_is_answered_once_and_not_after_it_is_withdrawn() -> None:
+    instance = GatedInstance()
+    batcher = _batcher(_config(), instance)
+    answered: list[tuple[str, object]] = []
+    kept = batcher.enqueue(_request(1), RequestTiming(), lambda result: answered.append(("kept", result)))
+    gone = batcher.enqueue(_request(2), RequestTiming(), lambda result: answered.append(("gone", result)))
+    assert kept.future is None  # no future where a callback answers
+    await instance.wait_for(1)
+    assert instance.batch(0) == [1, 2]
+    batcher.withdraw(gone)  # already running: its result is dropped
+    instance.finish(0)
+    await _settle()
+    assert [name for name, _ in answered] == ["kept"]
+    result = answered[0][1]
+    assert isinstance(result, dict) and result["Y"][0, 0] == 2
+    queued = batcher.enqueue(_request(3), RequestTiming(), lambda result: answered.append(("queued", result)))
+    batcher.withdraw(queued)  # still queued: it leaves the queue
+    assert batcher.pending() == 0
+    await _settle()
+    assert len(instance.submissions) == 1 and len(answered) == 1

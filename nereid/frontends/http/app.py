@@ -6,12 +6,13 @@ import logging
 import math
 import re
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
 from nereid.datatypes import element_size
-from nereid.engine_client import EngineClient, ModelMetadata
+from nereid.engine_client import EngineClient, ModelMetadata, QueuedInfer
 from nereid.errors import (
     DecoupledModel,
     Forbidden,
@@ -41,7 +42,7 @@ from nereid.frontends.http.documents import (
 from nereid.frontends.http.generate import event_stream, generate, wants_events
 from nereid.frontends.http.generate import generate_request as decode_generate_request
 from nereid.frontends.http.large_bodies import OFF_LOOP_FROM, LargeBodyDecoder
-from nereid.frontends.http.protocol import HttpRequest, HttpResponse
+from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, HttpResponse
 from nereid.frontends.http.repository import (
     decode_cuda_register,
     decode_index_request,
@@ -52,6 +53,7 @@ from nereid.frontends.http.repository import (
 from nereid.settings import ServerSettings
 from nereid.tracing.trace import HTTP_RECV_END, HTTP_RECV_START, INFER_RESPONSE_COMPLETE, RequestTrace
 from nereid.tracing.updates import http_update
+from nereid.types import InferRequest, InferResponse
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,7 @@ class HttpFrontend:
         self._tracer = engine.tracer
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose: one line per request, at no cost otherwise
             self.handle = self._handle_and_log  # type: ignore[method-assign]
+            self.dispatch = self._handle_and_log  # type: ignore[method-assign]
 
     async def _handle_and_log(self, request: HttpRequest) -> HttpResponse:
         started = time.perf_counter()
@@ -128,18 +131,24 @@ class HttpFrontend:
     def close(self) -> None:
         self._large_bodies.close()
 
+    def dispatch(self, request: HttpRequest) -> Awaitable[HttpResponse] | HttpResponse | DeferredResponse:
+        """What the HTTP server calls: `handle`, except that an infer request to a batched model is answered
+        by callback (a DeferredResponse) where nothing on its way needs a coroutine."""
+        if request.method == "POST" and not self._restricted and not self._tracer.active:
+            path = request.path
+            if path.endswith("/infer") and path.startswith("/v2/models/"):
+                match = _MODEL_ROUTE.fullmatch(path)
+                if match is not None and match.group(3) == "infer":
+                    return self._infer_now(match.group(1), match.group(2) or "", request)
+        return self.handle(request)
+
     async def handle(self, request: HttpRequest) -> HttpResponse:
         try:
             if self._restricted:
                 self._check_restricted(request)
             response, compressible = await self._route(request)
-        except _MethodNotAllowed:
-            return _text(405, error_body("Method Not Allowed"))
-        except NereidError as exc:
-            return error_response(HTTP_STATUS.get(exc.status, 400), exc.message)
-        except Exception as exc:  # answered as INTERNAL, logged once with its traceback
-            log.exception("unexpected error serving %s %s", request.method, request.path)
-            return error_response(500, unexpected(exc).message)
+        except Exception as exc:
+            return _error_reply(exc, request)
         # Triton compresses infer responses only; clients read other bodies as plain JSON.
         if compressible:
             accept = request.headers.get("accept-encoding")
@@ -308,6 +317,11 @@ class HttpFrontend:
         trace = None
         if request.recv_start:  # tracing is on
             trace = infer_request.trace = self._sample(name, request)
+        return await self._run_infer(infer_request, headers, trace)
+
+    async def _run_infer(
+        self, infer_request: InferRequest, headers: dict[str, str], trace: RequestTrace | None
+    ) -> HttpResponse:
         try:
             response = await self._engine.infer(infer_request)
         except DecoupledModel:
@@ -317,11 +331,7 @@ class HttpFrontend:
         if trace is not None:
             trace.now(INFER_RESPONSE_COMPLETE)
         payload, json_length = encode_infer_response(response, infer_request)
-        if json_length is None:
-            return HttpResponse(200, payload, [_JSON])
-        return HttpResponse(
-            200, payload, [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
-        )
+        return _infer_response(payload, json_length)
 
     def _sample(self, name: str, request: HttpRequest) -> RequestTrace | None:
         """The trace of an inference request, when it is sampled; the connection took its receive times,
@@ -331,6 +341,92 @@ class HttpFrontend:
             trace.timestamp(HTTP_RECV_START, request.recv_start)
             trace.timestamp(HTTP_RECV_END, request.recv_end)
         return trace
+
+    def _infer_now(
+        self, name: str, version: str, request: HttpRequest
+    ) -> Awaitable[HttpResponse] | HttpResponse | DeferredResponse:
+        """The common infer request (uncompressed, binary or JSON tensors in a body of modest size, not
+        traced) decoded and queued at once; a model that cannot queue it so takes the awaited path."""
+        headers = request.headers
+        body = request.body
+        if "content-encoding" in headers or "accept-encoding" in headers:
+            return self.handle(request)
+        try:
+            header_value = headers.get("inference-header-content-length")
+            header_length = _parse_header_length(header_value) if header_value is not None else None
+            if header_length == 0 or (
+                len(body) >= OFF_LOOP_FROM and (header_length is None or header_length >= OFF_LOOP_FROM)
+            ):
+                return self.handle(request)
+            infer_request = decode_infer_request(body, header_length, name, version)
+            if self._forwarding is not None:
+                self._forwarding.add_parameters(headers.items(), infer_request.parameters)
+            queued = self._engine.infer_queued(infer_request)
+        except Exception as exc:
+            return _error_reply(exc, request)
+        if queued is None:
+            return self._run_decoded(infer_request, request)
+        return _InferReply(queued, infer_request, request)
+
+    async def _run_decoded(self, infer_request: InferRequest, request: HttpRequest) -> HttpResponse:
+        try:
+            return await self._run_infer(infer_request, request.headers, None)
+        except Exception as exc:
+            return _error_reply(exc, request)
+
+
+class _InferReply(DeferredResponse):
+    """An infer request queued by the engine, its response encoded when the batcher answers it."""
+
+    __slots__ = ("_queued", "_infer_request", "_request", "_callback")
+
+    def __init__(self, queued: QueuedInfer, infer_request: InferRequest, request: HttpRequest) -> None:
+        self._queued = queued
+        self._infer_request = infer_request
+        self._request = request
+        self._callback: Callable[[HttpResponse], None] | None = None
+
+    def then(self, callback: Callable[[HttpResponse], None]) -> None:
+        self._callback = callback
+        self._queued.then(self._answered)
+
+    def cancel(self) -> None:
+        self._callback = None
+        self._queued.cancel()
+
+    def _answered(self, result: InferResponse | BaseException) -> None:
+        callback = self._callback
+        if callback is None:  # cancelled: the client is gone
+            return
+        self._callback = None  # which refers back to this object: no cycle left for the garbage collector
+        if isinstance(result, BaseException):
+            callback(_error_reply(result, self._request))
+            return
+        try:
+            payload, json_length = encode_infer_response(result, self._infer_request)
+        except Exception as exc:
+            callback(_error_reply(exc, self._request))
+            return
+        callback(_infer_response(payload, json_length))
+
+
+def _infer_response(payload: bytes, json_length: int | None) -> HttpResponse:
+    if json_length is None:
+        return HttpResponse(200, payload, [_JSON])
+    return HttpResponse(
+        200, payload, [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
+    )
+
+
+def _error_reply(exc: BaseException, request: HttpRequest) -> HttpResponse:
+    """A request's failure as its answer: a known error with its status, anything else as INTERNAL (logged
+    once with its traceback)."""
+    if isinstance(exc, _MethodNotAllowed):
+        return _text(405, error_body("Method Not Allowed"))
+    if isinstance(exc, NereidError):
+        return error_response(HTTP_STATUS.get(exc.status, 400), exc.message)
+    log.error("unexpected error serving %s %s", request.method, request.path, exc_info=exc)
+    return error_response(500, unexpected(exc).message)
 
 
 def _api_group(path: str) -> str | None:

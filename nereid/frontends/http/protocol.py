@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httptools
@@ -75,15 +76,29 @@ class HttpResponse:
     stream: AsyncIterator[bytes] | None = None
 
 
-Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
-
-
 class Tracing(Protocol):
     """Whether requests may be traced now (the trace manager's flag): their receive times are taken."""
 
     active: bool
 
 
+class DeferredResponse:
+    """A response a handler answers later by callback, with no coroutine waiting for it: the HTTP infer
+    path of a batched model, where a coroutine and a Task per request would cost more than the model."""
+
+    __slots__ = ()
+
+    def then(self, callback: Callable[[HttpResponse], None]) -> None:
+        """Call `callback` once, on the event loop, with the response (unless cancelled first)."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """The client went away: drop the request; `callback` may no longer be called."""
+        raise NotImplementedError
+
+
+# A coroutine (a Task drives it if it waits), or a response now, or one that comes by callback.
+Handler = Callable[[HttpRequest], Awaitable[HttpResponse] | HttpResponse | DeferredResponse]
 # Answers a request the connection refuses before the handler sees it (bad syntax, too large).
 ErrorResponse = Callable[[int, str], HttpResponse]
 
@@ -233,6 +248,7 @@ class _Connection(asyncio.Protocol):
         self._busy = False
         self._answering = False
         self._task: asyncio.Task[None] | None = None  # the request in flight, to cancel if the client leaves
+        self._deferred: DeferredResponse | None = None  # or the response it waits for, to cancel likewise
         self._reading_paused = False
         self._writing_paused = False
         self.closing = False
@@ -283,6 +299,8 @@ class _Connection(asyncio.Protocol):
         if self._task is not None:
             # The client is gone: cancelling drops the request from its model's queue.
             self._task.cancel()
+        elif self._deferred is not None:
+            self._drop_deferred()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -435,14 +453,44 @@ class _Connection(asyncio.Protocol):
     def _serve(self, request: HttpRequest, keep_alive: bool) -> None:
         self._busy = True
         self._answering = False  # set once its response starts to be written
-        task = _start(self._loop, self._answer(request, keep_alive), self._context.copy())
-        if task is not None:  # it waits; otherwise it answered already (and may have started the next)
-            self._task = task
+        try:
+            reply = self._server._handler(request)
+        except Exception:  # the handler answers its own errors; this is a bug, not a client mistake
+            log.exception("unexpected error answering %s %s", request.method, request.path)
+            reply = self._server._error_response(500, "internal error")
+        if type(reply) is HttpResponse and reply.stream is None:
+            self._reply(reply, keep_alive)
+        elif isinstance(reply, DeferredResponse):
+            self._deferred = reply
+            reply.then(partial(self._deferred_reply, reply, keep_alive))
+        else:
+            task = _start(self._loop, self._answer(reply, request, keep_alive), self._context.copy())
+            if task is not None:  # it waits; otherwise it answered already (and may have started the next)
+                self._task = task
 
-    async def _answer(self, request: HttpRequest, keep_alive: bool) -> None:
+    def _deferred_reply(self, deferred: DeferredResponse, keep_alive: bool, response: HttpResponse) -> None:
+        if deferred is self._deferred:  # not dropped meanwhile
+            self._deferred = None
+            self._reply(response, keep_alive)
+
+    def _drop_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            deferred.cancel()
+            self._finish()
+
+    def _reply(self, response: HttpResponse, keep_alive: bool) -> None:
+        """Write a response that is whole, then go on with the connection."""
+        self._write(response, keep_alive and not self.closing)
+        self._finish()
+        self._next(keep_alive)
+
+    async def _answer(
+        self, reply: Awaitable[HttpResponse] | HttpResponse, request: HttpRequest, keep_alive: bool
+    ) -> None:
         try:
             try:
-                response = await self._server._handler(request)
+                response = reply if isinstance(reply, HttpResponse) else await reply
             except asyncio.CancelledError:
                 self._finish()
                 raise
@@ -466,6 +514,10 @@ class _Connection(asyncio.Protocol):
             if request.trace is not None:  # answered, failed or cancelled: the trace is complete
                 request.trace.close()
         self._finish()
+        self._next(keep_alive)
+
+    def _next(self, keep_alive: bool) -> None:
+        """After a response: close, or serve the next pipelined request."""
         if not keep_alive or self.closing:
             self._close()
         elif self._pending:
@@ -572,6 +624,7 @@ class _Connection(asyncio.Protocol):
             self._write(response, keep_alive=False)
         if task is not None:
             task.cancel()  # drops the request from its model's queue, or stops waiting for its model
+        self._drop_deferred()
         self._close()  # after the answer is flushed
 
     def _close(self) -> None:

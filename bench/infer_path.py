@@ -1,0 +1,185 @@
+"""The whole HTTP infer path in process: perf_analyzer's binary infer request for `add_sub` (Python, thread
+mode, `dynamic_batching { }`) pushed through Nereid's HTTP protocol, frontend, engine, batcher and model,
+over fake transports, with no sockets and no load generator.
+
+Each round feeds one request to each of `--concurrency` connections in one turn of the event loop (as
+the loop would read them from that many sockets), then waits until every one is answered: one batch of
+`--concurrency` requests. It prints the CPU time (process_time: the loop and the instance thread) and wall
+time per request. The work per request is the same from run to run, so two trees can be compared on a
+busy host, and under `valgrind --tool=callgrind` (`--requests` small) as instruction counts:
+
+    python bench/infer_path.py [--concurrency 16] [--requests 20000] [--rounds 5] [--split]
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null python bench/infer_path.py --requests 4000 --rounds 1
+
+With `--instructions N1,N2` it runs itself twice under callgrind, with N1 and N2 requests, and prints the
+instructions per request from the difference (start-up and model loading cancel out).
+
+`--split` sends each request's head and body in two reads, as libcurl (perf_analyzer) writes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from http_dispatch import Transport  # noqa: E402
+
+from nereid.frontends.http import HttpFrontend, HttpServer, error_response  # noqa: E402
+from nereid.frontends.http.protocol import _Connection  # noqa: E402
+from nereid.server import build_engine  # noqa: E402
+from nereid.settings import ServerSettings  # noqa: E402
+
+MODEL = "add_sub"
+SOURCE = ROOT / "examples" / "python_model_repository" / MODEL
+_HEADER = (
+    b'{"id":"","inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,16],"parameters":{"binary_data_size"'
+    b':64}},{"name":"INPUT1","datatype":"FP32","shape":[1,16],"parameters":{"binary_data_size":64}}],'
+    b'"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}},{"name":"OUTPUT1","parameters":'
+    b'{"binary_data":true}}]}'
+)
+BODY = _HEADER + bytes(range(128))
+# what perf_analyzer's libcurl sends, head then body
+HEAD = (
+    b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: libcurl-agent/1.0\r\n"
+    b"Accept: */*\r\nInference-Header-Content-Length: %d\r\nContent-Type: application/octet-stream\r\n"
+    b"Content-Length: %d\r\n\r\n" % (len(_HEADER), len(BODY))
+)
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.left = 0
+        self.done: asyncio.Future[None] | None = None
+
+    def written(self) -> None:
+        self.left -= 1
+        if self.left == 0 and self.done is not None:
+            self.done.set_result(None)
+
+
+async def _drive(
+    frontend: HttpFrontend, concurrency: int, requests: int, rounds: int, split: bool
+) -> list[tuple[float, float]]:
+    loop = asyncio.get_running_loop()
+    server = HttpServer(getattr(frontend, "dispatch", frontend.handle), error_response, 1 << 20)
+    counter = _Counter()
+    connections = []
+    for _ in range(concurrency):
+        connection = _Connection(server)
+        transport = Transport(counter.written)
+        connection.connection_made(transport)
+        connections.append((connection, transport))
+    whole = HEAD + BODY
+
+    async def one_batch() -> None:
+        counter.left = concurrency
+        counter.done = loop.create_future()
+        for connection, _ in connections:
+            if split:
+                connection.data_received(HEAD)
+                connection.data_received(BODY)
+            else:
+                connection.data_received(whole)
+        await counter.done
+
+    for _ in range(20):  # warm-up: the model's first executions, the pool's attach
+        await one_batch()
+    answer = connections[0][1].last
+    if not answer.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"unexpected answer: {answer[:300]!r}")
+    per_request = []
+    batches = max(1, requests // concurrency)
+    for _ in range(rounds):
+        cpu, wall = time.process_time(), time.perf_counter()
+        for _ in range(batches):
+            await one_batch()
+        n = batches * concurrency
+        per_request.append(((time.process_time() - cpu) / n * 1e6, (time.perf_counter() - wall) / n * 1e6))
+    return per_request
+
+
+def _run(args: argparse.Namespace) -> list[tuple[float, float]]:
+    import uvloop
+
+    with tempfile.TemporaryDirectory(prefix="nereid-bench-path-") as tmp:
+        repository = Path(tmp)
+        shutil.copytree(SOURCE, repository / MODEL)
+        config = repository / MODEL / "config.pbtxt"
+        config.write_text(config.read_text() + "dynamic_batching { }\n")
+        settings = ServerSettings(
+            model_repositories=(repository,),
+            backend_config={"python": {"execution-mode": args.mode}},
+        )
+        engine = build_engine(settings)
+        try:
+            frontend = HttpFrontend(engine, settings)
+            return uvloop.run(_drive(frontend, args.concurrency, args.requests, args.rounds, args.split))
+        finally:
+            engine.shutdown()
+
+
+def _instructions(args: argparse.Namespace, counts: list[int]) -> None:
+    totals = []
+    for n in counts:
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            f"--concurrency={args.concurrency}",
+            f"--requests={n}",
+            "--rounds=1",
+            f"--mode={args.mode}",
+            *(["--split"] if args.split else []),
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, check=True)
+        match = re.search(r"Collected : (\d+)", result.stderr)
+        if match is None:
+            raise RuntimeError(result.stderr[-2000:])
+        totals.append(int(match.group(1)))
+        print(f"{n} requests: {totals[-1]} instructions", flush=True)
+    per = (totals[1] - totals[0]) / (counts[1] - counts[0])
+    print(f"instructions per request (concurrency {args.concurrency}): {per:,.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--concurrency", type=int, default=16, help="connections, one request each per round")
+    parser.add_argument("--requests", type=int, default=20000, help="requests per measurement round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--mode", default="thread", help="the Python backend's execution mode")
+    parser.add_argument("--split", action="store_true", help="head and body in two reads")
+    parser.add_argument("--instructions", help="N1,N2: instructions per request under callgrind")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if args.instructions:
+        n1, n2 = (int(n) for n in args.instructions.split(","))
+        _instructions(args, [n1, n2])
+        return
+    results = _run(args)
+    cpu = [c for c, _ in results]
+    wall = [w for _, w in results]
+    print(
+        f"Python {sys.version.split()[0]}, concurrency {args.concurrency}: CPU {statistics.median(cpu):.1f} us "
+        f"per request (best {min(cpu):.1f}), wall {statistics.median(wall):.1f} us, "
+        f"over {args.rounds} rounds of {args.requests}"
+    )
+
+
+if __name__ == "__main__":
+    main()
