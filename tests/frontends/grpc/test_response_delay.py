@@ -10,12 +10,10 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.grpc.servicer import RESPONSE_DELAY_ENV, response_delay_s
-from nereid.server import build_engine
 from nereid.settings import ServerSettings
 from tests.conftest import EXAMPLES
-from tests.frontends.grpc.conftest import CORES, LoopThread
+from tests.frontends.grpc.conftest import CORES, served_stub
 
 
 @pytest.mark.parametrize(("value", "seconds"), [("2", 2), ("", 0), ("x", 0), ("-3", 0)])
@@ -32,18 +30,8 @@ def delayed_stub(
     settings = ServerSettings(
         model_repositories=(EXAMPLES,), grpc_address="127.0.0.1", grpc_port=0, grpc=CORES[request.param]
     )
-    engine = build_engine(settings)
-    loop = LoopThread()
-    try:
-        server, port = loop.run(start_grpc_server(engine, settings))
-        try:
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        finally:
-            loop.run(server.stop(None))
-    finally:
-        loop.close()
-        engine.shutdown()
+    with served_stub(settings) as stub:
+        yield stub
 
 
 def test_non_inference_answers_wait_past_a_short_deadline(
