@@ -100,3 +100,18 @@ def test_what_the_json_reader_refuses_is_an_internal_error(
 def test_a_malformed_repository_body_is_an_internal_error(app: HttpFrontend) -> None:
     status, error = _post(app, "/v2/repository/index", b'{"ready":')
     assert status == 500 and error.startswith("failed to parse the request JSON buffer: ")
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"xx", "failed to parse the request JSON buffer: "),
+        (b'{"trace_rate": 5}', "attempt to access JSON non-string as string"),
+        (b'{"trace_level": "TIMESTAMPS"}', "attempt to access JSON non-array as array"),
+    ],
+)
+def test_trace_setting_bodies_the_json_reader_refuses_are_internal_errors(
+    app: HttpFrontend, body: bytes, error: str
+) -> None:
+    status, text = _post(app, "/v2/trace/setting", body)
+    assert status == 500 and text.startswith(error)
