@@ -116,22 +116,11 @@ def check_string_count(found: int, count: int, tensor: str, model: str, prefix: 
 
 def serialize_bytes(array: np.ndarray) -> bytes:
     """Encode a BYTES tensor as length-prefixed elements, row-major."""
-    parts: list[bytes] = []
-    for item in array.reshape(-1):
-        data = as_bytes(item)
-        parts.append(struct.pack("<I", len(data)))
-        parts.append(data)
-    return b"".join(parts)
+    # The Python-model worker's encoder, since the worker cannot import this module (imported here, not at
+    # the top: its package pulls in the Python backend, which imports this module).
+    from nereid.backends.python.worker import wire
 
-
-def as_bytes(item: object) -> bytes:
-    if isinstance(item, bytes):
-        return item
-    if isinstance(item, str):
-        return item.encode("utf-8")
-    if isinstance(item, (bytearray, memoryview)):
-        return bytes(item)
-    return str(item).encode("utf-8")
+    return wire.serialize_bytes(array)
 
 
 def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes:

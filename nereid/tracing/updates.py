@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from nereid.errors import InvalidArgument, Unsupported
+from nereid.errors import InternalError, InvalidArgument, Unsupported
 from nereid.tracing.config import LEVEL_OFF, LEVEL_TENSORS, LEVEL_TIMESTAMPS
 from nereid.tracing.settings import SettingUpdate
 
@@ -29,7 +29,7 @@ def http_update(body: bytes) -> SettingUpdate:
     try:
         request = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise InvalidArgument(f"failed to parse the request JSON buffer: {exc}") from None
+        raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
     if not isinstance(request, dict):
         return SettingUpdate()  # Triton looks its settings up in an object only, and finds none
     _refuse_file(request)
@@ -38,16 +38,16 @@ def http_update(body: bytes) -> SettingUpdate:
         levels = request["trace_level"]
         if levels is not None:
             if not isinstance(levels, list):
-                raise InvalidArgument("attempt to access JSON non-array as array")
+                raise InternalError("attempt to access JSON non-array as array")
             if not all(isinstance(v, str) for v in levels):
-                raise InvalidArgument("attempt to access JSON non-string as string")
+                raise InternalError("attempt to access JSON non-string as string")
             level = _level(levels)
             if level is not None:
                 values["level"] = level
     for key in ("trace_rate", "trace_count", "log_frequency"):
         if key in request and request[key] is not None:
             if not isinstance(request[key], str):
-                raise InvalidArgument("attempt to access JSON non-string as string")
+                raise InternalError("attempt to access JSON non-string as string")
             values[_FIELDS[key]] = _number(key, request[key], http=True)
     return SettingUpdate(
         **values, cleared=frozenset(_FIELDS[k] for k in _FIELDS if k in request and request[k] is None)

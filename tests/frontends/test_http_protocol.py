@@ -102,6 +102,27 @@ def test_chunked_body_is_joined() -> None:
     asyncio.run(scenario())
 
 
+def test_chunks_frame_a_body_that_also_declares_a_length_and_the_connection_ends() -> None:
+    """Both Content-Length and chunked Transfer-Encoding (RFC 9112, 6.3): the chunks frame the body, a
+    Content-Length over the limit does not matter, and the connection closes after the answer, so that a
+    request pipelined behind it (framed by the length, it would be another) is never served."""
+
+    async def scenario() -> None:
+        async with _server(max_body_size=100) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(
+                b"POST /c HTTP/1.1\r\nhost: x\r\ncontent-length: 5000\r\ntransfer-encoding: chunked\r\n\r\n"
+                b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n" + _post("/next", b"")
+            )
+            status, headers, body = await _read_response(reader)
+            assert status == 200 and headers["connection"] == "close"
+            assert body.endswith(b"abcdefg") and orjson.loads(body[:-7])["size"] == 7
+            assert await reader.read() == b""
+            writer.close()
+
+    asyncio.run(scenario())
+
+
 def test_oversized_bodies_are_refused_and_the_connection_closed() -> None:
     async def scenario() -> None:
         async with _server(max_body_size=100) as server:

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from nereid.errors import InvalidArgument
+from nereid.errors import InternalError, InvalidArgument
 from nereid.frontends.http.codec import decode_infer_request
 from nereid.types import SEQUENCE_START, InferRequest
 
@@ -33,7 +33,7 @@ def test_uint64_and_string_ids_are_taken(sequence_id: int | str) -> None:
 @pytest.mark.parametrize("sequence_id", [-3, 1.5, True])
 def test_other_ids_are_refused_with_tritons_text(sequence_id: object) -> None:
     with pytest.raises(
-        InvalidArgument, match=r"^Unable to parse 'sequence_id': attempt to access JSON non-string"
+        InternalError, match=r"^Unable to parse 'sequence_id': attempt to access JSON non-string"
     ):
         _decode({"sequence_id": sequence_id})
 
@@ -41,9 +41,7 @@ def test_other_ids_are_refused_with_tritons_text(sequence_id: object) -> None:
 @pytest.mark.parametrize("key", ["sequence_start", "sequence_end"])
 @pytest.mark.parametrize("value", [1, "true", 0.0])
 def test_flags_must_be_booleans(key: str, value: object) -> None:
-    with pytest.raises(
-        InvalidArgument, match=f"^Unable to parse '{key}': attempt to access JSON non-boolean"
-    ):
+    with pytest.raises(InternalError, match=f"^Unable to parse '{key}': attempt to access JSON non-boolean"):
         _decode({"sequence_id": 3, key: value})
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -41,20 +43,40 @@ Context = Any  # grpc.aio.ServicerContext; grpcio ships no type information
 STRICT_STREAM_KEY = "triton_grpc_error"
 
 
+# Triton's testing hook: every RPC but inference holds its answer (or error) back this many seconds,
+# after doing its work, so that clients can test their deadlines on them.
+RESPONSE_DELAY_ENV = "TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC"
+
+
+def response_delay_s() -> int:
+    """The hook's seconds; unset, not a number or negative: 0 (no delay)."""
+    try:
+        return max(0, int(os.environ.get(RESPONSE_DELAY_ENV, "0")))
+    except ValueError:
+        return 0
+
+
 def _rpc(
     method: Callable[[Any, Request, Context], Awaitable[Response]],
 ) -> Callable[[Any, Request, Context], Awaitable[Response]]:
-    """Answer a NereidError with its gRPC status and message; anything else as INTERNAL, logged once."""
+    """A non-inference RPC. Answer a NereidError with its gRPC status and message; anything else as INTERNAL,
+    logged once."""
 
     @functools.wraps(method)
     async def handler(self: Any, request: Request, context: Context) -> Response:
+        error: tuple[grpc.StatusCode, str] | None = None
         try:
-            return await method(self, request, context)
+            response = await method(self, request, context)
         except NereidError as exc:
-            await context.abort(GRPC_STATUS[exc.status], exc.message)
+            error = (GRPC_STATUS[exc.status], exc.message)
         except Exception as exc:
             log.exception("unexpected error in %s", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, unexpected(exc).message)
+            error = (grpc.StatusCode.INTERNAL, unexpected(exc).message)
+        if self._response_delay_s:  # before abort, which sends the status at once
+            await asyncio.sleep(self._response_delay_s)
+        if error is None:
+            return response
+        await context.abort(*error)
         raise AssertionError("unreachable: context.abort raises")
 
     return handler
@@ -71,6 +93,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self._engine = engine
         self._forwarding = forwarding  # --grpc-header-forward-pattern
         self._tracer = engine.tracer
+        self._response_delay_s = response_delay_s()
 
     # health and metadata
     @_rpc

@@ -25,6 +25,7 @@ from nereid.errors import (
 )
 from nereid.frontends import console
 from nereid.frontends.header_forward import header_forwarding
+from nereid.frontends.http import json_body
 from nereid.frontends.http.codec import (
     decode_infer_request,
     decode_raw_binary_request,
@@ -251,7 +252,7 @@ class HttpFrontend:
             return _json(200, self._engine.log_settings().as_dict())
         _allow(method, "POST")
         try:
-            document = orjson.loads(body)
+            document = json_body.loads(body)
         except orjson.JSONDecodeError as exc:
             raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
         values = document if isinstance(document, dict) else {}  # Triton reads no setting from a non-object

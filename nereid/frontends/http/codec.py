@@ -15,7 +15,8 @@ from nereid.datatypes import (
     tensor_from_bytes,
     tensor_to_bytes,
 )
-from nereid.errors import InputDataError, InvalidArgument, request_prefix
+from nereid.errors import InputDataError, InternalError, InvalidArgument, request_prefix
+from nereid.frontends.http import json_body
 from nereid.shared_memory import SharedMemoryRef
 from nereid.tensor_data import MAX_ELEMENTS, MAX_RANK, shape_too_large
 from nereid.types import (
@@ -57,21 +58,18 @@ def decode_infer_request(
             )
         header, start = body[:header_length], header_length
     try:
-        document = orjson.loads(header)
+        document = json_body.loads(header)
     except orjson.JSONDecodeError as exc:
-        raise InvalidArgument(f"failed to parse the request JSON buffer: {exc}") from None
+        raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
     if not isinstance(document, dict):
-        raise InvalidArgument(
-            "Unable to parse 'inputs': attempt to access non-existing object member 'inputs' "
-            "(the request JSON must be an object)"
-        )
+        raise InternalError("Unable to parse 'inputs': attempt to access non-existing object member 'inputs'")
     request_id = document.get("id", "")
     if not isinstance(request_id, str):
-        raise InvalidArgument("Unable to parse 'id': attempt to access JSON non-string as string")
+        raise InternalError("Unable to parse 'id': attempt to access JSON non-string as string")
     raw_parameters = document.get("parameters")
     parameters = {} if raw_parameters is None else _parameters(raw_parameters, "request")
     if not isinstance(parameters.get("binary_data_output", False), bool):
-        raise InvalidArgument(
+        raise InternalError(
             "Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean"
         )
     inputs: list[InferTensor] = []
@@ -86,12 +84,10 @@ def decode_infer_request(
                 "specified."
             )
     if "inputs" not in document:
-        raise InvalidArgument(
-            "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
-        )
+        raise InternalError("Unable to parse 'inputs': attempt to access non-existing object member 'inputs'")
     raw_inputs = document["inputs"]
     if not isinstance(raw_inputs, list):
-        raise InvalidArgument("Unable to parse 'inputs': attempt to access JSON non-array as array")
+        raise InternalError("Unable to parse 'inputs': attempt to access JSON non-array as array")
     end = len(body)
     offset = start
     data_errors: list[InputDataError] = []
@@ -136,12 +132,12 @@ def _take_controls(request: InferRequest) -> None:
     if not isinstance(sequence_id, str) and (
         not isinstance(sequence_id, int) or isinstance(sequence_id, bool) or not 0 <= sequence_id < 1 << 64
     ):
-        raise InvalidArgument("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
+        raise InternalError("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
     request.sequence_id = sequence_id
     for key, flag in (("sequence_start", SEQUENCE_START), ("sequence_end", SEQUENCE_END)):
         value = parameters.pop(key, False)
         if not isinstance(value, bool):
-            raise InvalidArgument(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
+            raise InternalError(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
         if value:
             request.flags |= flag
     priority = parameters.pop("priority", 0)
@@ -156,7 +152,7 @@ def _parameters(value: Any, kind: str, name: str | None = None) -> dict[str, Any
         return {}
     if type(value) is not dict:  # what orjson parses an object into
         where = kind if name is None else f"{kind} '{name}'"
-        raise InvalidArgument(f"failed to get {where} params: 'parameters' must be a JSON object")
+        raise InternalError(f"failed to get {where} params: 'parameters' must be a JSON object")
     for item in value.values():
         if item is None or type(item) is list or type(item) is dict:
             key = next(k for k, v in value.items() if v is item)
@@ -176,12 +172,10 @@ def _member(raw: dict[str, Any], key: str, kind: type, kind_text: str) -> Any:
     value = raw.get(key)
     if type(value) is not kind:
         if key not in raw:
-            raise InvalidArgument(
+            raise InternalError(
                 f"Unable to parse '{key}': attempt to access non-existing object member '{key}'"
             )
-        raise InvalidArgument(
-            f"Unable to parse '{key}': attempt to access JSON non-{kind_text} as {kind_text}"
-        )
+        raise InternalError(f"Unable to parse '{key}': attempt to access JSON non-{kind_text} as {kind_text}")
     return value
 
 
@@ -235,7 +229,7 @@ def _decode_input(
             name, datatype, shape, _from_json(raw["data"], datatype, shape, count, name), parameters
         ), 0
     if type(size) is not int or size < 0:
-        raise InvalidArgument(
+        raise InternalError(
             "Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as unsigned-integer"
         )
     if offset + size > end:
@@ -270,9 +264,8 @@ def _element_count(shape: tuple[Any, ...], name: str, datatype: str) -> int:
     bound = 1
     for d in shape:
         if type(d) is not int or d < 0:
-            raise InvalidArgument(
-                "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer "
-                f"(input '{name}' has shape {list(shape)})"
+            raise InternalError(
+                "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
             )
         count *= d
         bound *= d or 1
@@ -314,9 +307,7 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
             f"input {name}"
         )
     if not isinstance(data, list):
-        raise InvalidArgument(
-            f"Unable to parse 'data': attempt to access JSON non-array as array (input '{name}')"
-        )
+        raise InternalError("Unable to parse 'data': attempt to access JSON non-array as array")
     if data and type(data[0]) is list and _nesting_depth(data) >= _MAX_JSON_NESTING:
         raise InvalidArgument(
             f"JSON nesting depth exceeds maximum allowed limit ({_MAX_JSON_NESTING}) (input '{name}')"
@@ -326,7 +317,7 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
     try:
         parsed = np.array(data)
     except (ValueError, TypeError):
-        raise InvalidArgument(
+        raise InternalError(
             f"Unable to parse 'data': Shape does not match true shape of 'data' field (input '{name}' has "
             "ragged nested arrays)"
         ) from None
@@ -338,11 +329,11 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
     kind = parsed.dtype.kind
     if datatype == "BOOL":
         if kind != "b":
-            raise _type_error(name, datatype, parsed)
+            raise _type_error(datatype)
     elif dtype.kind in "iu":
         if kind not in _INT_KINDS:
             # numpy infers float64 (or object) when UINT64 values above INT64's range meet others
-            return _wide_ints(data, datatype, shape, name, parsed)
+            return _wide_ints(data, datatype, shape, name)
         if parsed.dtype != dtype:
             low, high = _INT_BOUNDS[dtype]
             # Python's min/max beat two numpy reductions on the small flat lists JSON requests carry.
@@ -350,16 +341,14 @@ def _from_json(data: Any, datatype: str, shape: tuple[int, ...], count: int, nam
             if (min(data) if small else parsed.min()) < low or (max(data) if small else parsed.max()) > high:
                 raise InvalidArgument(f"input '{name}': a value is out of range for {datatype}")
     elif kind not in _FLOAT_KINDS:
-        raise _type_error(name, datatype, parsed)
+        raise _type_error(datatype)
     return parsed.astype(dtype, copy=False).reshape(shape)
 
 
-def _wide_ints(
-    data: list[Any], datatype: str, shape: tuple[int, ...], name: str, parsed: np.ndarray
-) -> np.ndarray:
+def _wide_ints(data: list[Any], datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
     flat = _flatten(data)
     if not all(type(x) is int for x in flat):
-        raise _type_error(name, datatype, parsed)
+        raise _type_error(datatype)
     try:
         return np.array(flat, dtype=numpy_dtype(datatype)).reshape(shape)
     except OverflowError:
@@ -373,7 +362,7 @@ def _bytes_from_json(data: list[Any], shape: tuple[int, ...], count: int, name: 
     array = np.empty(count, dtype=np.object_)
     for i, item in enumerate(flat):
         if not isinstance(item, str):
-            raise InvalidArgument(
+            raise InternalError(
                 f"Unable to parse JSON bytes array: attempt to access JSON non-string as string "
                 f"(input '{name}' has {item!r})"
             )
@@ -395,28 +384,25 @@ def _flatten(data: list[Any]) -> list[Any]:
     return flat
 
 
-def _count_error(name: str, expected: int, got: int) -> InvalidArgument:
-    return InvalidArgument(
+def _count_error(name: str, expected: int, got: int) -> InternalError:
+    return InternalError(
         f"Unable to parse 'data': Shape does not match true shape of 'data' field (input '{name}' has "
         f"{got} elements, its shape holds {expected})"
     )
 
 
-def _type_error(name: str, datatype: str, parsed: np.ndarray) -> InvalidArgument:
-    found = {
-        "b": "booleans",
-        "i": "integers",
-        "u": "integers",
-        "f": "numbers with a fraction",
-        "U": "strings",
-    }.get(parsed.dtype.kind, "mixed values")
-    return InvalidArgument(f"input '{name}': {datatype} data must be JSON {_wanted(datatype)}, got {found}")
+def _type_error(datatype: str) -> InternalError:
+    """An element of the wrong JSON type, in the words of Triton's JSON reader for the wanted type."""
+    return InternalError(f"Unable to parse 'data': attempt to access JSON {_WANTED[datatype[:2]]}")
 
 
-def _wanted(datatype: str) -> str:
-    if datatype == "BOOL":
-        return "booleans"
-    return "integers" if datatype.startswith(("INT", "UINT")) else "numbers"
+# what Triton's JSON reader says when an element is not of the kind a datatype reads, by datatype prefix
+_WANTED = {
+    "BO": "non-boolean as boolean",
+    "IN": "non-signed-integer as signed-integer",
+    "UI": "non-unsigned-integer as unsigned-integer",
+    "FP": "non-number as double",
+}
 
 
 _NO_DATA = np.empty(0, dtype=np.uint8)  # placeholder until the engine reads the shared memory region
@@ -427,12 +413,12 @@ def _shared_memory_ref(parameters: dict[str, Any]) -> SharedMemoryRef:
     offset = parameters.get("shared_memory_offset", 0)
     size = parameters.get("shared_memory_byte_size", 0)
     if not isinstance(region, str):
-        raise InvalidArgument(
+        raise InternalError(
             "Unable to parse 'shared_memory_region': attempt to access JSON non-string as string"
         )
     for key, value in (("shared_memory_offset", offset), ("shared_memory_byte_size", size)):
         if type(value) is not int or value < 0:
-            raise InvalidArgument(
+            raise InternalError(
                 f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer"
             )
     return SharedMemoryRef(region, offset, size)
@@ -442,11 +428,11 @@ def _decode_outputs(raw: Any) -> list[RequestedOutput] | None:
     if raw is None:
         return None
     if not isinstance(raw, list):
-        raise InvalidArgument("Unable to parse 'outputs': attempt to access JSON non-array as array")
+        raise InternalError("Unable to parse 'outputs': attempt to access JSON non-array as array")
     outputs: list[RequestedOutput] = []
     for item in raw:
         if not isinstance(item, dict):
-            raise InvalidArgument("Unable to parse 'outputs': each requested output must be a JSON object")
+            raise InternalError("Unable to parse 'outputs': each requested output must be a JSON object")
         name = _member(item, "name", str, "string")
         parameters = _parameters(item.get("parameters"), "output", name)
         shared_memory = None
@@ -456,12 +442,12 @@ def _decode_outputs(raw: Any) -> list[RequestedOutput] | None:
             shared_memory = _shared_memory_ref(parameters)
         binary = parameters.get("binary_data")
         if binary is not None and not isinstance(binary, bool):
-            raise InvalidArgument(
+            raise InternalError(
                 "Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean"
             )
         count = parameters.get("classification", 0)
         if type(count) is not int or count < 0:
-            raise InvalidArgument(
+            raise InternalError(
                 "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer"
             )
         outputs.append(RequestedOutput(name, binary, count, parameters, shared_memory))

@@ -23,6 +23,7 @@ import orjson
 
 from nereid.engine_client import EngineClient
 from nereid.errors import InternalError, InvalidArgument
+from nereid.frontends.http import json_body
 from nereid.frontends.http.codec import decode_infer_request, encode_infer_response, error_body
 from nereid.frontends.http.protocol import HttpResponse
 from nereid.tracing.trace import INFER_RESPONSE_COMPLETE, RequestTrace
@@ -120,7 +121,7 @@ def _refuse_repeated_inputs(body: bytes, specs: dict[str, Any]) -> None:
 
 def _json_object(body: bytes) -> dict[str, Any]:
     try:
-        document = orjson.loads(body)
+        document = json_body.loads(body)
     except orjson.JSONDecodeError as exc:  # Triton answers these 500
         raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
     if isinstance(document, dict):

@@ -242,6 +242,9 @@ class _Connection(asyncio.Protocol):
         # Each request's Task starts from the connection's context, not from the request before it.
         self._context = contextvars.copy_context()
         self._parser = httptools.HttpRequestParser(self)
+        # A request with both Content-Length and chunked Transfer-Encoding is read by its chunks, as
+        # RFC 9112 (6.3) allows, instead of refused; the connection ends after its answer (see _last).
+        self._parser.set_dangerous_leniencies(lenient_chunked_length=True)
         self._transport: asyncio.Transport | None = None
         # parsed requests waiting their turn, or the refusal that ends the connection after them
         self._pending: deque[tuple[HttpRequest | HttpResponse, bool]] = deque()
@@ -272,6 +275,9 @@ class _Connection(asyncio.Protocol):
         self._recv_start = 0
         self._refused = False
         self._dropped = 0  # bytes read and dropped after a refusal
+        # A request was framed two ways (Content-Length and chunked): it is answered, and nothing sent
+        # after it on this connection is, since a peer on the way may have framed it the other way.
+        self._last = False
 
     @property
     def busy(self) -> bool:
@@ -303,6 +309,8 @@ class _Connection(asyncio.Protocol):
             self._drop_deferred()
 
     def data_received(self, data: bytes) -> None:
+        if self._last:
+            return  # the connection ends with the answer to a request framed two ways
         if self._refused:
             self._dropped += len(data)
             if self._dropped > _LINGER_BYTES:
@@ -411,6 +419,8 @@ class _Connection(asyncio.Protocol):
         for key, values in self._repeated.items():
             self._headers[key] = ", ".join(values)
         declared = self._headers.get("content-length")
+        if declared is not None and "transfer-encoding" in self._headers:
+            declared = None  # the chunks frame the body (Content-Length is ignored); see on_message_complete
         if declared is not None and declared.isdigit() and int(declared) > self._server._max_body_size:
             self._refuse_too_large(int(declared))
             return
@@ -431,7 +441,7 @@ class _Connection(asyncio.Protocol):
         self._chunk_header = True
 
     def on_message_complete(self) -> None:
-        if self._refused:
+        if self._refused or self._last:
             return
         url = b"".join(self._url).decode("latin-1")
         path, _, query = url.partition("?")
@@ -442,6 +452,9 @@ class _Connection(asyncio.Protocol):
             request.recv_start = self._recv_start
             request.recv_end = time.perf_counter_ns()
         keep_alive = self._parser.should_keep_alive()
+        if "transfer-encoding" in self._headers and "content-length" in self._headers:
+            keep_alive = False
+            self._last = True
         if not self._busy:
             self._serve(request, keep_alive)
         else:

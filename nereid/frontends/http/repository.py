@@ -9,7 +9,8 @@ from typing import Any
 
 import orjson
 
-from nereid.errors import InvalidArgument
+from nereid.errors import InternalError, InvalidArgument
+from nereid.frontends.http import json_body
 
 
 def _request_object(body: bytes) -> dict[str, Any]:
@@ -17,9 +18,9 @@ def _request_object(body: bytes) -> dict[str, Any]:
     if not body.strip():
         return {}
     try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgument(f"failed to parse the request JSON buffer: {exc}") from None
+        document = json_body.loads(body)
+    except orjson.JSONDecodeError as exc:  # Triton answers these 500
+        raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
     if not isinstance(document, dict):
         raise InvalidArgument("the request body must be a JSON object")
     return document
@@ -36,7 +37,7 @@ def decode_index_request(body: bytes) -> bool:
     """`ready` of a repository index request."""
     ready = _request_object(body).get("ready", False)
     if not isinstance(ready, bool):
-        raise InvalidArgument("Unable to parse 'ready': attempt to access JSON non-boolean as boolean")
+        raise InvalidArgument("Invalid value for 'ready': expected a boolean")
     return ready
 
 

@@ -92,3 +92,33 @@ def test_arenas_are_anonymous() -> None:
     arena = wire.Arena.create(1 << 20)
     assert os.readlink(f"/proc/self/fd/{arena.fd}").startswith("/memfd:nereid-python-tensors")
     arena.close()
+
+
+def _one_by_one(items: list[bytes]) -> bytes:
+    return b"".join(len(item).to_bytes(4, "little") + item for item in items)
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [b"A"] * 1000,  # one length: laid out as records at once
+        [b"\x00\x00", b"ab", b"\x00z"],  # one length, with zero bytes kept
+        [b"ab", b"", b"xyz", b"q" * 300],
+        [b"", b""],
+        [],
+    ],
+)
+def test_bytes_tensors_of_one_length_or_many_read_and_write_alike(items: list[bytes]) -> None:
+    serialized = _one_by_one(items)
+    array = np.empty(len(items), dtype=np.object_)
+    array[:] = items
+    assert wire.serialize_bytes(array) == serialized
+    assert wire.deserialize_bytes(serialized).tolist() == items
+    # a count reads that many elements of a longer buffer (an arena), as bytes
+    arena = np.frombuffer(serialized + b"\x07\x00\x00\x00", dtype=np.uint8)
+    assert wire.deserialize_bytes(memoryview(arena), len(items)).tolist() == items
+
+
+def test_a_bytes_tensor_cut_short_is_refused() -> None:
+    with pytest.raises(ValueError, match="ends inside an element"):
+        wire.deserialize_bytes(_one_by_one([b"ab", b"cd"])[:-1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -74,6 +75,23 @@ def grpc_server(request: pytest.FixtureRequest) -> Iterator[InProcessServer]:
                 yield InProcessServer(
                     engine, target, service_pb2_grpc.GRPCInferenceServiceStub(channel), channel, request.param
                 )
+        finally:
+            loop.run(server.stop(None))
+    finally:
+        loop.close()
+        engine.shutdown()
+
+
+@contextmanager
+def served_stub(settings: ServerSettings) -> Iterator[service_pb2_grpc.GRPCInferenceServiceStub]:
+    """An engine and its gRPC server for `settings` (port 0), and a stub on it; all stopped on exit."""
+    engine = build_engine(settings)
+    loop = LoopThread()
+    try:
+        server, port = loop.run(start_grpc_server(engine, settings))
+        try:
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
         finally:
             loop.run(server.stop(None))
     finally:

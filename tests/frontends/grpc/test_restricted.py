@@ -9,11 +9,9 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from nereid.frontends.grpc import start_grpc_server
-from nereid.server import build_engine
 from nereid.settings import RestrictedApi, ServerSettings
 from tests.conftest import EXAMPLES
-from tests.frontends.grpc.conftest import LoopThread
+from tests.frontends.grpc.conftest import served_stub
 
 RULE = RestrictedApi(frozenset({"model-repository", "inference"}), "admin-key", "s3cret")
 GOOD = (("triton-grpc-protocol-admin-key", "s3cret"),)
@@ -28,16 +26,8 @@ def stub() -> Iterator[service_pb2_grpc.GRPCInferenceServiceStub]:
         grpc_port=0,
         grpc_restricted_protocol=(RULE,),
     )
-    engine = build_engine(settings)
-    loop = LoopThread()
-    server, port = loop.run(start_grpc_server(engine, settings))
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
-    finally:
-        loop.run(server.stop(None))
-        loop.close()
-        engine.shutdown()
+    with served_stub(settings) as stub:
+        yield stub
 
 
 def _infer_request() -> pb.ModelInferRequest:

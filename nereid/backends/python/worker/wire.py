@@ -116,19 +116,63 @@ def datatype_of(dtype: np.dtype) -> str | None:
 
 # BYTES tensors: each element is a 4-byte little-endian length and the bytes, row-major.
 def serialize_bytes(array_: np.ndarray) -> bytes:
-    parts: list[bytes] = []
-    pack = _HEADER.pack
-    for item in array_.reshape(-1).tolist():
-        if not isinstance(item, bytes):
-            item = item.encode("utf-8") if isinstance(item, str) else str(item).encode("utf-8")
-        parts.append(pack(len(item)))
-        parts.append(item)
+    items = array_.reshape(-1).tolist()
+    if not set(map(type, items)) <= {bytes}:
+        items = [_as_bytes(item) for item in items]
+    return pack_bytes(items)
+
+
+def _as_bytes(item: Any) -> bytes:
+    if isinstance(item, bytes):
+        return item
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    if isinstance(item, (bytearray, memoryview)):
+        return bytes(item)
+    return str(item).encode("utf-8")
+
+
+def pack_bytes(items: Sequence[bytes]) -> bytes:
+    """`items` serialized as a BYTES tensor. Elements of one length (the common case: millions of them
+    cost seconds element by element) are laid out as records in one numpy operation."""
+    lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    size = int(lengths[0]) if len(items) else 0
+    if size and (lengths == size).all():
+        records = np.empty(len(items), dtype=[("length", "<u4"), ("data", f"V{size}")])
+        records["length"] = size
+        records["data"] = np.frombuffer(b"".join(items), dtype=f"V{size}")
+        return records.tobytes()
+    parts: list[bytes] = [b""] * (2 * len(items))
+    parts[0::2] = map(_HEADER.pack, lengths.tolist())
+    parts[1::2] = items
     return b"".join(parts)
+
+
+def _uniform_elements(view: memoryview, count: int) -> np.ndarray | None:
+    """The elements, when the buffer holds elements of one length only (else None, to read one by one)."""
+    end = len(view)
+    if end < 4:
+        return None
+    (size,) = _HEADER.unpack_from(view, 0)
+    stride = 4 + size
+    if size == 0 or (count < 0 and end % stride) or (count >= 0 and count * stride > end):
+        return None
+    records = np.frombuffer(
+        view, dtype=[("length", "<u4"), ("data", f"V{size}")], count=end // stride if count < 0 else count
+    )
+    if not (records["length"] == size).all():
+        return None
+    result = np.empty(len(records), dtype=np.object_)
+    result[:] = records["data"].tolist()
+    return result
 
 
 def deserialize_bytes(buffer: Any, count: int = -1) -> np.ndarray:
     """Elements of a serialized BYTES tensor as a 1-D object array (all of them when count is -1)."""
-    view = memoryview(buffer)
+    view = memoryview(buffer).cast("B")
+    uniform = _uniform_elements(view, count)
+    if uniform is not None:
+        return uniform
     end = len(view)
     items: list[bytes] = []
     unpack = _HEADER.unpack_from
