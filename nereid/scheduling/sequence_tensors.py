@@ -42,7 +42,7 @@ class _FlagControl:
 class _CorridControl:
     name: str
     dtype: np.dtype
-    datatype: str  # the config's type name, for messages
+    datatype: str  # the protocol's type name (UINT64, BYTES...), for messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +65,7 @@ class SequenceTensors:
             control = control_input.control[0]
             if control.kind == _Kind.CONTROL_SEQUENCE_CORRID:
                 datatype = config_to_wire(mc.DataType.Name(control.data_type))
-                self._corrid = _CorridControl(
-                    control_input.name, numpy_dtype(datatype), mc.DataType.Name(control.data_type)
-                )
+                self._corrid = _CorridControl(control_input.name, numpy_dtype(datatype), datatype)
                 continue
             dtype: np.dtype
             if len(control.int32_false_true):
@@ -147,12 +145,16 @@ class SequenceTensors:
         return np.repeat(state.initial[np.newaxis], rows, axis=0)
 
     def check(self, request: BackendRequest) -> None:
-        """Refuse a request whose correlation id the CORRID control input cannot carry."""
+        """Refuse a request whose kind of correlation id (string or number) the CORRID control input does
+        not take: string ids need TYPE_STRING, numeric ids one of the integer types."""
         control = self._corrid
-        if control is not None and control.dtype != np.object_ and isinstance(request.correlation_id, str):
+        if control is None:
+            return
+        given = "BYTES" if isinstance(request.correlation_id, str) else "UINT64"
+        if (given == "BYTES") != (control.dtype == np.object_):
             raise InvalidArgument(
-                f"sequence id '{request.correlation_id}' is a string, but control input '{control.name}' of "
-                f"model '{self._model}' is {control.datatype}: string sequence ids need TYPE_STRING"
+                f"sequence batching control '{control.name}' data-type is '{given}', but model "
+                f"'{self._model}' expects '{control.datatype}'"
             )
 
     def _corrid_tensor(self, control: _CorridControl, correlation_id: int | str, rows: int) -> np.ndarray:

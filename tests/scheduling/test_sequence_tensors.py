@@ -61,7 +61,6 @@ def test_flag_controls_take_the_configured_false_and_true_values(flags: int, sta
         ("TYPE_UINT64", -2, 2**64 - 2),  # a negative gRPC int64 id, as Triton casts it
         ("TYPE_INT32", 7, 7),
         ("TYPE_STRING", "user-1", b"user-1"),
-        ("TYPE_STRING", 12, b"12"),
     ],
 )
 def test_correlation_id_control(corrid_type: str, correlation_id: int | str, expected: object) -> None:
@@ -69,9 +68,23 @@ def test_correlation_id_control(corrid_type: str, correlation_id: int | str, exp
     assert inputs["C"].tolist() == [[expected]]
 
 
-def test_string_ids_need_a_string_corrid_input() -> None:
-    with pytest.raises(InvalidArgument, match="sequence id 'user' is a string, but control input 'C'"):
-        _controls("TYPE_UINT64").check(_request("user", SEQUENCE_START))
+@pytest.mark.parametrize("corrid_type", ["TYPE_UINT64", "TYPE_INT32", "TYPE_UINT32", "TYPE_INT64"])
+def test_string_ids_need_a_string_corrid_input(corrid_type: str) -> None:
+    expected = corrid_type.removeprefix("TYPE_")
+    with pytest.raises(
+        InvalidArgument,
+        match=f"sequence batching control 'C' data-type is 'BYTES', but model 'm' expects '{expected}'",
+    ):
+        _controls(corrid_type).check(_request("user", 0))
+    _controls(corrid_type).check(_request(5, 0))
+
+
+def test_numeric_ids_need_an_integer_corrid_input() -> None:
+    with pytest.raises(
+        InvalidArgument,
+        match="sequence batching control 'C' data-type is 'UINT64', but model 'm' expects 'BYTES'",
+    ):
+        _controls("TYPE_STRING").check(_request(12, SEQUENCE_START))
     _controls("TYPE_STRING").check(_request("user", SEQUENCE_START))
 
 
