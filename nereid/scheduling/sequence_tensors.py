@@ -15,7 +15,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest, Outputs
-from nereid.datatypes import config_to_wire, numpy_dtype
+from nereid.datatypes import config_to_wire, deserialize_bytes, numpy_dtype
 from nereid.errors import InvalidArgument, ModelConfigError
 
 _Kind = mc.ModelSequenceBatching.Control
@@ -207,15 +207,36 @@ def _initial_state(model: str, state: mc.ModelSequenceBatching.State, model_dir:
                 f"model '{model}': cannot read the initial state file of state '{state.input_name}': {exc}"
             ) from None
         count = int(np.prod(shape))
-        if dtype == np.object_ or len(raw) != count * dtype.itemsize:
+        if dtype == np.object_:
+            return _string_state(model, state.input_name, raw, count, shape)
+        if len(raw) < count * dtype.itemsize:
             raise ModelConfigError(
                 f"model '{model}': initial state file '{initial.data_file}' holds {len(raw)} bytes, but "
                 f"state '{state.input_name}' of shape {list(shape)} needs {count * dtype.itemsize}"
             )
-        array = np.frombuffer(raw, dtype=dtype).reshape(shape)
+        # Triton takes the leading bytes of a longer file.
+        array = np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
         array.flags.writeable = False
         return array
     return _zeros(shape, dtype)
+
+
+def _string_state(model: str, name: str, raw: bytes, count: int, shape: tuple[int, ...]) -> np.ndarray:
+    """A STRING state's initial value from its file. Triton passes the file through unchecked: here a file
+    of `count` length-prefixed elements gives those, and any other file is the one element of a
+    one-element state."""
+    try:
+        array = deserialize_bytes(raw, count, "initial state")
+    except InvalidArgument:
+        if count != 1:
+            raise ModelConfigError(
+                f"model '{model}': the initial state file of STRING state '{name}' must hold its {count} "
+                "elements length-prefixed"
+            ) from None
+        array = np.array([raw], dtype=np.object_)
+    array = array.reshape(shape)
+    array.flags.writeable = False
+    return array
 
 
 def _zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

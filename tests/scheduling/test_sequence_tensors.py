@@ -119,3 +119,29 @@ def test_config_defaults_and_checks() -> None:
     bad = _config(8, CONTROLS % "TYPE_FP32")
     with pytest.raises(ModelConfigError, match="control input 'C'.*must have data_type"):
         check_sequence_batching(bad)
+
+
+def _file_state(tmp_path: Path, data_type: str, dims: str, data: bytes) -> SequenceTensors:
+    (tmp_path / "initial_state").mkdir(exist_ok=True)
+    (tmp_path / "initial_state" / "init").write_bytes(data)
+    state = (
+        f'state [ {{ input_name: "IS" output_name: "OS" data_type: {data_type} dims: [ {dims} ] '
+        f'initial_state {{ name: "s" data_type: {data_type} dims: [ {dims} ] data_file: "init" }} }} ]'
+    )
+    return SequenceTensors(_config(0, state), tmp_path)
+
+
+def test_initial_state_files_as_triton_reads_them(tmp_path: Path) -> None:
+    """A longer file gives its leading bytes; a STRING state takes length-prefixed elements, or the whole
+    file as its one element (Triton passes STRING files through unchecked)."""
+    start = _request(1, SEQUENCE_START)
+    longer = _file_state(tmp_path, "TYPE_INT32", "1", b"\x64\x00\x00\x00\x01\x02")
+    assert longer.prepare(start, None).inputs["IS"].tolist() == [100]
+    with pytest.raises(ModelConfigError, match="holds 2 bytes, but state 'IS' of shape \\[1\\] needs 4"):
+        _file_state(tmp_path, "TYPE_INT32", "1", b"\x64\x00")
+    raw = _file_state(tmp_path, "TYPE_STRING", "1", b"\x64\x00\x00\x00")
+    assert raw.prepare(start, None).inputs["IS"].tolist() == [b"\x64\x00\x00\x00"]
+    prefixed = _file_state(tmp_path, "TYPE_STRING", "2", b"\x01\x00\x00\x00a\x02\x00\x00\x00bc")
+    assert prefixed.prepare(start, None).inputs["IS"].tolist() == [b"a", b"bc"]
+    with pytest.raises(ModelConfigError, match="must hold its 2 elements length-prefixed"):
+        _file_state(tmp_path, "TYPE_STRING", "2", b"\x64\x00\x00\x00")
