@@ -331,6 +331,12 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         for flag, reason in NO_EFFECT.items()
         if _given(getattr(args, flag.lstrip("-").replace("-", "_")))
     ]
+    for count in args.grpc_infer_thread_count or ():
+        # No effect here, but Triton refuses to start outside this range, and so does Nereid.
+        if not count.strip().lstrip("-").isdigit() or not 2 <= int(count) <= 128:
+            raise SystemExit(
+                "nereid: invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128."
+            )
     if args.load_model and args.model_control_mode != "explicit":
         warnings.append("--load-model has no effect unless --model-control-mode=explicit")
     if "*" in args.load_model and len(args.load_model) > 1:

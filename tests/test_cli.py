@@ -267,3 +267,14 @@ def test_a_repository_given_twice_is_one_repository() -> None:
         ["--model-repository=/a", "--model-repository=/b", "--model-repository", "/a"]
     )
     assert settings.model_repositories == (Path("/a"), Path("/b"))
+
+
+@pytest.mark.parametrize("count", ["-1", "0", "1", "129", "two"])
+def test_grpc_infer_thread_count_outside_tritons_range_stops_the_start(count: str) -> None:
+    with pytest.raises(SystemExit, match="--grpc_infer_thread_count. Must be in the range 2 to 128"):
+        parse_settings(["--model-repository=/m", f"--grpc-infer-thread-count={count}"])
+
+
+def test_grpc_infer_thread_count_in_range_is_accepted_without_effect() -> None:
+    _, warnings = parse_settings(["--model-repository=/m", "--grpc-infer-thread-count=128"])
+    assert any(w.startswith("--grpc-infer-thread-count has no effect") for w in warnings)

@@ -120,6 +120,7 @@ class SequenceBatcher:
             batching.direct.minimum_slot_utilization,
         )
         self._idle_s = batching.max_sequence_idle_microseconds / 1e6
+        self._ragged = frozenset(i.name for i in config.input if i.allow_ragged_batch)
         # A worker process takes the next execution while it runs one (its pipeline depth), so that it never
         # waits for the loop; a blocking instance runs one at a time, and the next batch grows meanwhile.
         self.pool = InstancePool(model_label, instances, limiter=limiter, claims=claims)
@@ -156,6 +157,7 @@ class SequenceBatcher:
             raise InvalidArgument(
                 f"inference request to model '{self._model}' must specify a non-zero or non-empty correlation ID"
             )
+        self._tensors.check(request)
         if self.pool.closed:
             raise Unavailable(f"model {self._label} is unloading")
         loop = self._loop
@@ -169,7 +171,6 @@ class SequenceBatcher:
                     f"inference request for sequence {correlation_id} to model '{self._model}' must specify "
                     "the START flag on the first request of the sequence"
                 )
-            self._tensors.check(request)
             sequence = self._sequences[correlation_id] = _Sequence(correlation_id, now)
             slot = self._table.start(sequence)
             if slot is not None:
@@ -293,10 +294,11 @@ class SequenceBatcher:
         if not chosen:
             return
         if self._oldest is None and self._batch_dimension:
-            # Triton fills a direct batch with null requests up to the highest slot that runs, and
-            # counts them in the batch size of its statistics (not as inferences). The instance here
-            # gets only the real requests; the statistics report the batch as Triton's.
-            batch_size = max(_slot_index(s) for s in chosen) + 1
+            # Triton fills a direct batch with null requests up to the highest slot with a request
+            # waiting (run now or left for a later batch for its shape), and counts them in the batch
+            # size of its statistics (not as inferences). The instance here gets only the real
+            # requests; the statistics report the batch as Triton's.
+            batch_size = max(_slot_index(s) for s in ready) + 1
         else:
             batch_size = 0  # the elements of the requests, counted when they finish
         jobs: list[tuple[_Job, _Sequence]] = []
@@ -317,18 +319,28 @@ class SequenceBatcher:
             wake = decide_direct([s.jobs[0].arrival for s in ready], now, self._direct)
             if wake is None:
                 ready.sort(key=_slot_index)  # a batch row per slot, in slot order as in Triton
-                return ready
+                # The lowest slot's request sets the shapes of the inputs that cannot be ragged; a slot
+                # whose request differs waits for a later batch, as in Triton.
+                first = self._shape(ready[0].jobs[0].request)
+                return [s for s in ready if self._shape(s.jobs[0].request) == first]
             self._wake(batcher, wake - now)
             return []
         ready.sort(key=lambda s: s.jobs[0].arrival)
         pending = [
-            Pending(self._tensors.rows(s.jobs[0].request), _shape(s.jobs[0].request), s.jobs[0].arrival)
+            Pending(self._tensors.rows(s.jobs[0].request), self._shape(s.jobs[0].request), s.jobs[0].arrival)
             for s in ready
         ]
         decision = decide(pending, now, self._oldest)
         if not decision.run and decision.wake_at is not None:
             self._wake(batcher, decision.wake_at - now)
         return [ready[i] for i in decision.run]
+
+    def _shape(self, request: BackendRequest) -> tuple:
+        """What must match for two requests to share a batch: the names, types and shapes past the batch
+        dimension of the inputs that do not allow ragged batches."""
+        return tuple(
+            (name, a.dtype.str, a.shape[1:]) for name, a in request.inputs.items() if name not in self._ragged
+        )
 
     def _wake(self, batcher: _Batcher, delay_s: float) -> None:
         if self._loop is not None:
@@ -428,8 +440,3 @@ class SequenceBatcher:
 
 def _slot_index(sequence: _Sequence) -> int:
     return sequence.slot.slot if sequence.slot is not None else -1
-
-
-def _shape(request: BackendRequest) -> tuple:
-    """What must match for two requests to share a batch: input names, types and shapes past the batch."""
-    return tuple((name, a.dtype.str, a.shape[1:]) for name, a in request.inputs.items())

@@ -15,7 +15,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends.base import SEQUENCE_END, SEQUENCE_START, BackendRequest, Outputs
-from nereid.datatypes import config_to_wire, numpy_dtype
+from nereid.datatypes import config_to_wire, deserialize_bytes, numpy_dtype
 from nereid.errors import InvalidArgument, ModelConfigError
 
 _Kind = mc.ModelSequenceBatching.Control
@@ -42,7 +42,7 @@ class _FlagControl:
 class _CorridControl:
     name: str
     dtype: np.dtype
-    datatype: str  # the config's type name, for messages
+    datatype: str  # the protocol's type name (UINT64, BYTES...), for messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +65,7 @@ class SequenceTensors:
             control = control_input.control[0]
             if control.kind == _Kind.CONTROL_SEQUENCE_CORRID:
                 datatype = config_to_wire(mc.DataType.Name(control.data_type))
-                self._corrid = _CorridControl(
-                    control_input.name, numpy_dtype(datatype), mc.DataType.Name(control.data_type)
-                )
+                self._corrid = _CorridControl(control_input.name, numpy_dtype(datatype), datatype)
                 continue
             dtype: np.dtype
             if len(control.int32_false_true):
@@ -147,12 +145,16 @@ class SequenceTensors:
         return np.repeat(state.initial[np.newaxis], rows, axis=0)
 
     def check(self, request: BackendRequest) -> None:
-        """Refuse a request whose correlation id the CORRID control input cannot carry."""
+        """Refuse a request whose kind of correlation id (string or number) the CORRID control input does
+        not take: string ids need TYPE_STRING, numeric ids one of the integer types."""
         control = self._corrid
-        if control is not None and control.dtype != np.object_ and isinstance(request.correlation_id, str):
+        if control is None:
+            return
+        given = "BYTES" if isinstance(request.correlation_id, str) else "UINT64"
+        if (given == "BYTES") != (control.dtype == np.object_):
             raise InvalidArgument(
-                f"sequence id '{request.correlation_id}' is a string, but control input '{control.name}' of "
-                f"model '{self._model}' is {control.datatype}: string sequence ids need TYPE_STRING"
+                f"sequence batching control '{control.name}' data-type is '{given}', but model "
+                f"'{self._model}' expects '{control.datatype}'"
             )
 
     def _corrid_tensor(self, control: _CorridControl, correlation_id: int | str, rows: int) -> np.ndarray:
@@ -205,15 +207,36 @@ def _initial_state(model: str, state: mc.ModelSequenceBatching.State, model_dir:
                 f"model '{model}': cannot read the initial state file of state '{state.input_name}': {exc}"
             ) from None
         count = int(np.prod(shape))
-        if dtype == np.object_ or len(raw) != count * dtype.itemsize:
+        if dtype == np.object_:
+            return _string_state(model, state.input_name, raw, count, shape)
+        if len(raw) < count * dtype.itemsize:
             raise ModelConfigError(
                 f"model '{model}': initial state file '{initial.data_file}' holds {len(raw)} bytes, but "
                 f"state '{state.input_name}' of shape {list(shape)} needs {count * dtype.itemsize}"
             )
-        array = np.frombuffer(raw, dtype=dtype).reshape(shape)
+        # Triton takes the leading bytes of a longer file.
+        array = np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
         array.flags.writeable = False
         return array
     return _zeros(shape, dtype)
+
+
+def _string_state(model: str, name: str, raw: bytes, count: int, shape: tuple[int, ...]) -> np.ndarray:
+    """A STRING state's initial value from its file. Triton passes the file through unchecked: here a file
+    of `count` length-prefixed elements gives those, and any other file is the one element of a
+    one-element state."""
+    try:
+        array = deserialize_bytes(raw, count, "initial state")
+    except InvalidArgument:
+        if count != 1:
+            raise ModelConfigError(
+                f"model '{model}': the initial state file of STRING state '{name}' must hold its {count} "
+                "elements length-prefixed"
+            ) from None
+        array = np.array([raw], dtype=np.object_)
+    array = array.reshape(shape)
+    array.flags.writeable = False
+    return array
 
 
 def _zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -280,7 +280,10 @@ def test_sequence_errors(server: RunningServer) -> None:
         client.infer("accumulator_direct", [tensor])
     with pytest.raises(InferenceServerException, match="must specify the START flag on the first request"):
         client.infer("accumulator_direct", [tensor], sequence_id=77)
-    with pytest.raises(InferenceServerException, match="string sequence ids need TYPE_STRING"):
+    with pytest.raises(
+        InferenceServerException,
+        match="control 'CORRID' data-type is 'BYTES', but model 'accumulator_direct' expects 'UINT64'",
+    ):
         client.infer("accumulator_direct", [tensor], sequence_id="text", sequence_start=True)
 
 

@@ -462,3 +462,51 @@ def test_a_backlogged_sequence_is_refused_once_its_earliest_request_timeout_pass
     finally:
         scheduler.stop()
     assert instance.seen() == [[1], [1]]
+
+
+def _shaped(sequence: int, width: int, flags: int) -> BackendRequest:
+    return BackendRequest(
+        {"INPUT": np.full((1, width), sequence, dtype=np.int32)},
+        ("OUTPUT",),
+        correlation_id=sequence,
+        flags=flags,
+    )
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_direct_batches_leave_out_slots_whose_shapes_differ_from_the_lowest_slot(
+    monkeypatch: pytest.MonkeyPatch, ragged: bool
+) -> None:
+    """Sequences 1 and 2 send [1, 2] tensors, 3 sends [1, 1] and 4 [1, 3]. Without ragged batching each batch
+    takes the slots whose shapes match the lowest ready slot's; the others wait, and their rows still count
+    in Triton's batch size (null requests up to the highest ready slot)."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "8")  # all requests queued before the first batch
+    config = _config(4, "direct { }")
+    config.input.add(name="INPUT", data_type=mc.TYPE_INT32, dims=[-1], allow_ragged_batch=ragged)
+    instance = Instance()
+    statistics = ModelStatistics()
+    scheduler = SequenceBatcher("m", config, [instance], statistics=statistics)
+    widths = {1: 2, 2: 2, 3: 1, 4: 3}
+
+    async def run() -> list[int]:
+        tasks = []
+        for sequence in widths:  # slots 0 to 3 in this order; both requests queued at once
+            for flags in (SEQUENCE_START, SEQUENCE_END):
+                request = _shaped(sequence, widths[sequence], flags)
+                tasks.append(asyncio.create_task(scheduler.execute(request)))
+                await asyncio.sleep(0)
+        return [int(outputs["OUTPUT"][0, 0]) for outputs in await asyncio.gather(*tasks)]
+
+    try:
+        results = asyncio.run(run())
+    finally:
+        scheduler.stop()
+    assert results == [1, 1, 2, 2, 3, 3, 4, 4]
+    stats = statistics.to_json("m", "1")
+    if ragged:
+        assert instance.seen() == [[1, 2, 3, 4], [1, 2, 3, 4]]
+        assert [(b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]] == [(4, 2)]
+    else:
+        assert instance.seen() == [[1, 2], [1, 2], [3], [3], [4], [4]]
+        assert [(b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]] == [(4, 6)]
+    assert stats["inference_count"] == 8

@@ -61,7 +61,6 @@ def test_flag_controls_take_the_configured_false_and_true_values(flags: int, sta
         ("TYPE_UINT64", -2, 2**64 - 2),  # a negative gRPC int64 id, as Triton casts it
         ("TYPE_INT32", 7, 7),
         ("TYPE_STRING", "user-1", b"user-1"),
-        ("TYPE_STRING", 12, b"12"),
     ],
 )
 def test_correlation_id_control(corrid_type: str, correlation_id: int | str, expected: object) -> None:
@@ -69,9 +68,23 @@ def test_correlation_id_control(corrid_type: str, correlation_id: int | str, exp
     assert inputs["C"].tolist() == [[expected]]
 
 
-def test_string_ids_need_a_string_corrid_input() -> None:
-    with pytest.raises(InvalidArgument, match="sequence id 'user' is a string, but control input 'C'"):
-        _controls("TYPE_UINT64").check(_request("user", SEQUENCE_START))
+@pytest.mark.parametrize("corrid_type", ["TYPE_UINT64", "TYPE_INT32", "TYPE_UINT32", "TYPE_INT64"])
+def test_string_ids_need_a_string_corrid_input(corrid_type: str) -> None:
+    expected = corrid_type.removeprefix("TYPE_")
+    with pytest.raises(
+        InvalidArgument,
+        match=f"sequence batching control 'C' data-type is 'BYTES', but model 'm' expects '{expected}'",
+    ):
+        _controls(corrid_type).check(_request("user", 0))
+    _controls(corrid_type).check(_request(5, 0))
+
+
+def test_numeric_ids_need_an_integer_corrid_input() -> None:
+    with pytest.raises(
+        InvalidArgument,
+        match="sequence batching control 'C' data-type is 'UINT64', but model 'm' expects 'BYTES'",
+    ):
+        _controls("TYPE_STRING").check(_request(12, SEQUENCE_START))
     _controls("TYPE_STRING").check(_request("user", SEQUENCE_START))
 
 
@@ -106,3 +119,29 @@ def test_config_defaults_and_checks() -> None:
     bad = _config(8, CONTROLS % "TYPE_FP32")
     with pytest.raises(ModelConfigError, match="control input 'C'.*must have data_type"):
         check_sequence_batching(bad)
+
+
+def _file_state(tmp_path: Path, data_type: str, dims: str, data: bytes) -> SequenceTensors:
+    (tmp_path / "initial_state").mkdir(exist_ok=True)
+    (tmp_path / "initial_state" / "init").write_bytes(data)
+    state = (
+        f'state [ {{ input_name: "IS" output_name: "OS" data_type: {data_type} dims: [ {dims} ] '
+        f'initial_state {{ name: "s" data_type: {data_type} dims: [ {dims} ] data_file: "init" }} }} ]'
+    )
+    return SequenceTensors(_config(0, state), tmp_path)
+
+
+def test_initial_state_files_as_triton_reads_them(tmp_path: Path) -> None:
+    """A longer file gives its leading bytes; a STRING state takes length-prefixed elements, or the whole
+    file as its one element (Triton passes STRING files through unchecked)."""
+    start = _request(1, SEQUENCE_START)
+    longer = _file_state(tmp_path, "TYPE_INT32", "1", b"\x64\x00\x00\x00\x01\x02")
+    assert longer.prepare(start, None).inputs["IS"].tolist() == [100]
+    with pytest.raises(ModelConfigError, match="holds 2 bytes, but state 'IS' of shape \\[1\\] needs 4"):
+        _file_state(tmp_path, "TYPE_INT32", "1", b"\x64\x00")
+    raw = _file_state(tmp_path, "TYPE_STRING", "1", b"\x64\x00\x00\x00")
+    assert raw.prepare(start, None).inputs["IS"].tolist() == [b"\x64\x00\x00\x00"]
+    prefixed = _file_state(tmp_path, "TYPE_STRING", "2", b"\x01\x00\x00\x00a\x02\x00\x00\x00bc")
+    assert prefixed.prepare(start, None).inputs["IS"].tolist() == [b"a", b"bc"]
+    with pytest.raises(ModelConfigError, match="must hold its 2 elements length-prefixed"):
+        _file_state(tmp_path, "TYPE_STRING", "2", b"\x64\x00\x00\x00")
