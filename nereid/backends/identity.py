@@ -27,7 +27,7 @@ from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Ou
 from nereid.backends.builtin import BuiltinBackend, config_error, sleep_ms, tensor_dims
 from nereid.backends.framework import int_parameter, numpy_type, per_request
 from nereid.custom_metrics import COUNTER, CustomMetrics
-from nereid.datatypes import as_bytes
+from nereid.datatypes import serialize_bytes
 from nereid.errors import Unsupported
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ class _ByteSizeCounter:
 def _byte_size(array: np.ndarray) -> int:
     """Bytes of a tensor as it travels: BYTES elements with their 4-byte length prefixes."""
     if array.dtype == np.object_:
-        return sum(4 + len(as_bytes(item)) for item in array.reshape(-1))
+        return len(serialize_bytes(array))
     return int(array.nbytes)
 
 

@@ -157,7 +157,6 @@ class SequenceBatcher:
             raise InvalidArgument(
                 f"inference request to model '{self._model}' must specify a non-zero or non-empty correlation ID"
             )
-        self._tensors.check(request)
         if self.pool.closed:
             raise Unavailable(f"model {self._label} is unloading")
         loop = self._loop
@@ -171,6 +170,9 @@ class SequenceBatcher:
                     f"inference request for sequence {correlation_id} to model '{self._model}' must specify "
                     "the START flag on the first request of the sequence"
                 )
+            # The id's kind is checked as the sequence starts (Triton 2.51 names a missing START first);
+            # every later request of the sequence carries the same id.
+            self._tensors.check(request)
             sequence = self._sequences[correlation_id] = _Sequence(correlation_id, now)
             slot = self._table.start(sequence)
             if slot is not None:
