@@ -13,6 +13,7 @@ import pytest
 import tritonclient.utils.shared_memory as shm
 
 from nereid.errors import AlreadyExists, InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
+from nereid.gpus import visible_gpu_count
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 
 
@@ -191,3 +192,17 @@ def test_system_and_cuda_regions_share_one_namespace(region: tuple[str, object])
         registry.register_cuda("c", base64.b64encode(bytes(64)).decode(), 0, 0)
     registry.close()
     assert registry.system_status() == []
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("cupy") is None or visible_gpu_count() == 0,
+    reason="needs a CUDA device and nereid[cuda] (CuPy)",
+)
+def test_cuda_handles_that_cannot_be_opened_are_refused() -> None:
+    registry = SharedMemoryRegistry()
+    zeros = base64.b64encode(bytes(64)).decode()
+    with pytest.raises(InvalidArgument, match="device 99 does not exist"):
+        registry.register_cuda("c", zeros, 99, 16)
+    with pytest.raises(InvalidArgument, match="failed to open CUDA IPC handle"):
+        registry.register_cuda("c", zeros, 0, 16)
+    assert registry.cuda_status() == []
