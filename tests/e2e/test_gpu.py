@@ -179,7 +179,7 @@ def test_cuda_shared_memory_inputs_and_outputs(
         if protocol == "http":
             assert "data" not in result.get_output("OUTPUT__0")
         else:
-            assert not result.get_response().raw_output_contents
+            assert not any(result.get_response().raw_output_contents)  # empty entries keep the indices
         np.testing.assert_array_equal(cudashm.get_contents_as_numpy(out_handle, np.int32, [2, 16]), a + b)
         written = cudashm.get_contents_as_numpy(out_handle, np.int32, [66])
         np.testing.assert_array_equal(written[32:64].reshape(2, 16), a - b)
