@@ -64,7 +64,7 @@ class CudaMemory:
         """A host copy of the span (requests read inputs as host arrays)."""
         host = np.empty(byte_size, dtype=np.uint8)
         self._copy(host.ctypes.data, self.pointer + offset, byte_size, to_host=True)
-        return memoryview(host)
+        return memoryview(host.data)
 
     def write(self, offset: int, data: memoryview) -> None:
         source = np.frombuffer(data, dtype=np.uint8)

@@ -187,7 +187,7 @@ class SharedMemoryRegistry:
             if name is None:
                 return [region.status() for region in self._regions.values() if isinstance(region, kind)]
             region = self._regions.get(name)
-        if not isinstance(region, kind):
+        if region is None or not isinstance(region, kind):
             raise NotFound(f"Unable to find {label} shared memory region: '{name}'")
         return [region.status()]
 
