@@ -2,7 +2,8 @@
 written into, within the registered bounds only.
 
 System regions are POSIX shared memory objects (`/dev/shm/<key>`), mapped once at registration.
-CUDA regions need a GPU host and the `cupy` extra; without them, registration says why.
+CUDA regions are device memory a client shares by its CUDA IPC handle; they need a GPU host and the
+`cuda` extra (CuPy), and without them registration says why. Both kinds share one namespace, as in Triton.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from nereid.errors import AlreadyExists, InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
+from nereid.cuda_memory import IPC_HANDLE_SIZE, CudaMemory
+from nereid.errors import AlreadyExists, InternalError, InvalidArgument, NotFound, Unsupported
 
 _SHM_ROOT = "/dev/shm"
 _SIZE_LIMIT = 2**64  # offsets and sizes are 64-bit unsigned in Triton
@@ -54,13 +56,60 @@ class _SystemRegion:
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
 
+    def read(self, start: int, byte_size: int) -> memoryview:
+        try:
+            size = os.fstat(self.fd).st_size
+        except OSError:  # unregistered (and its descriptor closed) since the lookup
+            raise NotFound(f"Unable to find shared memory region: '{self.name}'") from None
+        start += self.offset
+        if start + byte_size > size:
+            raise InvalidArgument(
+                f"shared memory region '{self.name}' shrank to {size} bytes after it was registered"
+            )
+        return memoryview(self.mapping)[start : start + byte_size]
+
+    def write(self, start: int, data: memoryview) -> None:
+        self.read(start, data.nbytes)[:] = data
+
+    def close(self) -> None:
+        """The mapping is not closed here: arrays of requests may still view it; it is unmapped once the
+        last of them is gone."""
+        os.close(self.fd)
+
+
+@dataclass
+class _CudaRegion:
+    name: str
+    memory: CudaMemory
+    users: int = 0
+    unregistering: bool = False
+
+    @property
+    def byte_size(self) -> int:
+        return self.memory.byte_size
+
+    def status(self) -> dict[str, Any]:
+        return {"name": self.name, "device_id": self.memory.device_id, "byte_size": self.memory.byte_size}
+
+    def read(self, start: int, byte_size: int) -> memoryview:
+        return self.memory.read(start, byte_size)
+
+    def write(self, start: int, data: memoryview) -> None:
+        self.memory.write(start, data)
+
+    def close(self) -> None:
+        self.memory.close()
+
+
+_Region = _SystemRegion | _CudaRegion
+
 
 class SharedMemoryRegistry:
     """Registered regions by name; safe to use from the event loop and from worker threads."""
 
     def __init__(self, allowed: bool = True) -> None:
         self._allowed = allowed
-        self._system: dict[str, _SystemRegion] = {}
+        self._regions: dict[str, _Region] = {}
         self._lock = threading.Lock()
 
     # system shared memory
@@ -75,8 +124,7 @@ class SharedMemoryRegistry:
         if offset < 0 or byte_size < 0:
             raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
         with self._lock:
-            if name in self._system:
-                raise AlreadyExists(f"shared memory region '{name}' already in manager")
+            self._check_new(name)
             path = os.path.join(_SHM_ROOT, key.lstrip("/"))
             try:
                 # O_NOFOLLOW: a link planted in /dev/shm cannot point the server at another file.
@@ -94,20 +142,62 @@ class SharedMemoryRegistry:
             except BaseException:
                 os.close(fd)
                 raise
-            self._system[name] = _SystemRegion(name, key, offset, byte_size, mapping, fd)
+            self._regions[name] = _SystemRegion(name, key, offset, byte_size, mapping, fd)
 
     def unregister_system(self, name: str | None = None) -> None:
         """Forget one region (or all). As in Triton, a region that requests in flight use stays (listed, and
         usable by new requests) until the last of them is done, then goes without another call."""
         self._check_allowed()
-        self._unregister(name)
+        self._unregister(name, _SystemRegion)
 
-    def _unregister(self, name: str | None) -> None:
+    def system_status(self, name: str | None = None) -> list[dict[str, Any]]:
+        return self._status(name, _SystemRegion, "system")
+
+    # CUDA shared memory
+    def register_cuda(self, name: str, raw_handle: str, device_id: int, byte_size: int) -> None:
+        self._check_allowed()
+        try:
+            handle = base64.b64decode(raw_handle, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t") from None
+        if len(handle) != IPC_HANDLE_SIZE:
+            raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+        if device_id < 0 or byte_size <= 0:
+            raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
         with self._lock:
-            names = list(self._system) if name is None else [name]
+            self._check_new(name)
+            # Opened under the lock: two registrations of one name cannot both open the handle.
+            memory = CudaMemory.open(name, handle, device_id, byte_size)
+            self._regions[name] = _CudaRegion(name, memory)
+
+    def unregister_cuda(self, name: str | None = None) -> None:
+        self._check_allowed()
+        self._unregister(name, _CudaRegion)
+
+    def cuda_status(self, name: str | None = None) -> list[dict[str, Any]]:
+        return self._status(name, _CudaRegion, "cuda")
+
+    # both kinds
+    def _check_new(self, name: str) -> None:
+        if name in self._regions:
+            raise AlreadyExists(f"shared memory region '{name}' already in manager")
+
+    def _status(self, name: str | None, kind: type, label: str) -> list[dict[str, Any]]:
+        with self._lock:
+            if name is None:
+                return [region.status() for region in self._regions.values() if isinstance(region, kind)]
+            region = self._regions.get(name)
+        if region is None or not isinstance(region, kind):
+            raise NotFound(f"Unable to find {label} shared memory region: '{name}'")
+        return [region.status()]
+
+    def _unregister(self, name: str | None, kind: type | None) -> None:
+        with self._lock:
+            names = list(self._regions) if name is None else [name]
             for region_name in names:
-                region = self._system.get(region_name)
-                if region is None:
+                region = self._regions.get(region_name)
+                # a name of the other kind is left alone, as an unknown name is
+                if region is None or (kind is not None and not isinstance(region, kind)):
                     continue
                 if region.users:
                     region.unregistering = True
@@ -120,7 +210,7 @@ class SharedMemoryRegistry:
         acquired = []
         with self._lock:
             for name in dict.fromkeys(names):
-                region = self._system.get(name)
+                region = self._regions.get(name)
                 if region is not None:
                     region.users += 1
                     acquired.append(name)
@@ -129,82 +219,44 @@ class SharedMemoryRegistry:
     def release(self, names: Iterable[str]) -> None:
         with self._lock:
             for name in names:
-                region = self._system.get(name)
+                region = self._regions.get(name)
                 if region is None or region.users == 0:
                     continue
                 region.users -= 1
                 if region.users == 0 and region.unregistering:
                     self._remove(region)
 
-    def _remove(self, region: _SystemRegion) -> None:
-        """Under the lock. The mapping is not closed here: arrays of requests may still view it; it is
-        unmapped once the last of them is gone."""
-        del self._system[region.name]
-        os.close(region.fd)
-
-    def system_status(self, name: str | None = None) -> list[dict[str, Any]]:
-        with self._lock:
-            if name is None:
-                return [region.status() for region in self._system.values()]
-            region = self._system.get(name)
-        if region is None:
-            raise NotFound(f"Unable to find system shared memory region: '{name}'")
-        return [region.status()]
-
-    # CUDA shared memory
-    def register_cuda(self, name: str, raw_handle: str, device_id: int, byte_size: int) -> None:
-        self._check_allowed()
-        try:
-            handle = base64.b64decode(raw_handle, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t") from None
-        if len(handle) != 64:
-            raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
-        raise Unavailable(
-            f"failed to register CUDA shared memory region '{name}': this server has no CUDA device "
-            "support (a GPU host with nereid[cuda] installed is needed)"
-        )
-
-    def cuda_status(self, name: str | None = None) -> list[dict[str, Any]]:
-        if name is not None:
-            raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
-        return []
-
-    def unregister_cuda(self, name: str | None = None) -> None:
-        """Nothing is ever registered without CUDA support; unregistering is a no-op, as for unknown names."""
-        self._check_allowed()
+    def _remove(self, region: _Region) -> None:
+        """Under the lock."""
+        del self._regions[region.name]
+        region.close()
 
     # tensors
     def view(self, ref: SharedMemoryRef) -> memoryview:
-        """The bytes a request names, checked against the region's bounds."""
-        with self._lock:
-            region = self._system.get(ref.region)
-        if region is None:
-            raise NotFound(f"Unable to find shared memory region: '{ref.region}'")
-        _check_span(ref, region.byte_size)
-        start = region.offset + ref.offset
-        try:
-            size = os.fstat(region.fd).st_size
-        except OSError:  # unregistered (and its descriptor closed) since the lookup above
-            raise NotFound(f"Unable to find shared memory region: '{ref.region}'") from None
-        if start + ref.byte_size > size:
-            raise InvalidArgument(
-                f"shared memory region '{ref.region}' shrank to {size} bytes after it was registered"
-            )
-        return memoryview(region.mapping)[start : start + ref.byte_size]
+        """The bytes a request names, checked against the region's bounds (a host copy for a CUDA region)."""
+        region = self._lookup(ref)
+        return region.read(ref.offset, ref.byte_size)
 
     def write(self, ref: SharedMemoryRef, output: str, data: bytes) -> None:
-        target = self.view(ref)
-        raw = memoryview(data)
+        region = self._lookup(ref)
+        raw = memoryview(data).cast("B")
         if raw.nbytes > ref.byte_size:
             raise InvalidArgument(
                 f"shared memory size specified with the request for output '{output}' ({ref.byte_size} bytes) "
                 f"should be at least {raw.nbytes} bytes to hold the results"
             )
-        target[: raw.nbytes] = raw
+        region.write(ref.offset, raw)
+
+    def _lookup(self, ref: SharedMemoryRef) -> _Region:
+        with self._lock:
+            region = self._regions.get(ref.region)
+        if region is None:
+            raise NotFound(f"Unable to find shared memory region: '{ref.region}'")
+        _check_span(ref, region.byte_size)
+        return region
 
     def close(self) -> None:
-        self._unregister(None)
+        self._unregister(None, None)
 
     def _check_allowed(self) -> None:
         if not self._allowed:

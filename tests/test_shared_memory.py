@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import pytest
 import tritonclient.utils.shared_memory as shm
 
 from nereid.errors import AlreadyExists, InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
+from nereid.gpus import visible_gpu_count
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 
 
@@ -168,5 +170,39 @@ def test_disabled_and_cuda_without_a_gpu() -> None:
     assert registry.cuda_status() == []
     with pytest.raises(InvalidArgument, match="valid base64 encoded cudaIpcMemHandle_t"):
         registry.register_cuda("c", "AAAA", 0, 16)
-    with pytest.raises(Unavailable, match="no CUDA device support"):
-        registry.register_cuda("c", base64.b64encode(bytes(64)).decode(), 0, 16)
+    handle = base64.b64encode(bytes(64)).decode()
+    if importlib.util.find_spec("cupy") is None:
+        with pytest.raises(Unavailable, match=r"needs a GPU host with nereid\[cuda\] \(CuPy\) installed"):
+            registry.register_cuda("c", handle, 0, 16)
+    assert registry.cuda_status() == []
+
+
+def test_system_and_cuda_regions_share_one_namespace(region: tuple[str, object]) -> None:
+    key, _ = region
+    registry = SharedMemoryRegistry()
+    registry.register_system("r", key, 0, 64)
+    # refused before the handle is opened, so this holds with or without a GPU
+    with pytest.raises(AlreadyExists, match="'r' already in manager"):
+        registry.register_cuda("r", base64.b64encode(bytes(64)).decode(), 0, 16)
+    with pytest.raises(NotFound, match="Unable to find cuda shared memory region: 'r'"):
+        registry.cuda_status("r")
+    registry.unregister_cuda("r")  # a region of the other kind is left alone
+    assert [r["name"] for r in registry.system_status()] == ["r"]
+    with pytest.raises(InvalidArgument, match="invalid args"):
+        registry.register_cuda("c", base64.b64encode(bytes(64)).decode(), 0, 0)
+    registry.close()
+    assert registry.system_status() == []
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("cupy") is None or visible_gpu_count() == 0,
+    reason="needs a CUDA device and nereid[cuda] (CuPy)",
+)
+def test_cuda_handles_that_cannot_be_opened_are_refused() -> None:
+    registry = SharedMemoryRegistry()
+    zeros = base64.b64encode(bytes(64)).decode()
+    with pytest.raises(InvalidArgument, match="device 99 does not exist"):
+        registry.register_cuda("c", zeros, 99, 16)
+    with pytest.raises(InvalidArgument, match="failed to open CUDA IPC handle"):
+        registry.register_cuda("c", zeros, 0, 16)
+    assert registry.cuda_status() == []

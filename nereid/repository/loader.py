@@ -18,6 +18,7 @@ from nereid.backends.base import AsyncModelInstance, Backend, ModelInstance
 from nereid.custom_metrics import CustomMetrics
 from nereid.engine_client import ModelServices
 from nereid.errors import ModelConfigError, NereidError, Unavailable
+from nereid.gpus import visible_gpu_count
 from nereid.model_config import (
     ConfigSource,
     check_response_cache,
@@ -223,6 +224,9 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
             group.kind = (
                 mc.ModelInstanceGroup.KIND_GPU if backend.gpu_available() else mc.ModelInstanceGroup.KIND_CPU
             )
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU and not group.gpus and backend.gpu_available():
+            # Triton places a GPU group without `gpus` on every visible GPU, and its config lists them.
+            group.gpus.extend(range(visible_gpu_count()) or [0])
         if group.count == 0:
             # Triton's default: two CPU instances for the backends that run well side by side, else one.
             cpu = group.kind == mc.ModelInstanceGroup.KIND_CPU
