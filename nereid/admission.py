@@ -222,7 +222,10 @@ class Admission:
 
     def record_stream_failed(self, exc: BaseException) -> None:
         """A streamed request ended with an error that failed the whole request (an ensemble's step)."""
-        self.model.statistics.record_failure(time.perf_counter_ns() - self.start, _failure_reason(exc))
+        reason = _failure_reason(exc)
+        if self.model.ensemble and reason != "CANCELED":  # no finer reason for ensembles, as in `failed`
+            reason = "OTHER"
+        self.model.statistics.record_failure(time.perf_counter_ns() - self.start, reason)
         if log.isEnabledFor(logging.DEBUG):
             _log_request(self, f"failed (streamed): {exc}")
 

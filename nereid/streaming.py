@@ -32,6 +32,7 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
         execution = asyncio.ensure_future(model.scheduler.execute(admission.backend, admission.timing))
         execution.add_done_callback(lambda done: _executed(done, stream))
         first = True
+        error: NereidError | None = None  # an error that came with the final flag
         try:
             while True:
                 result, final = await stream.get()
@@ -39,6 +40,8 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
                     first = False
                     admission.responded()
                 if isinstance(result, NereidError):
+                    if final:
+                        error = result
                     yield StreamEvent(None, result, final)
                 elif result is None:
                     yield StreamEvent(None, None, final)
@@ -53,8 +56,10 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
             if not stream.finished:  # the consumer stopped early
                 stream.cancel()
                 admission.record_cancelled()
-        failure = _failure(execution) if model.ensemble else None
-        if failure is not None:  # an ensemble's request that a step failed counts as failed, as in Triton
+        # An ensemble's request that a step failed counts as failed, and only so, as in Triton. A decoupled
+        # ensemble streams its error with the final flag and returns, so the flag tells, not the execution.
+        failure = (_failure(execution) or error) if model.ensemble else None
+        if failure is not None:
             admission.record_stream_failed(failure)
         else:
             admission.record_streamed()
