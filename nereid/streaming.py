@@ -26,7 +26,7 @@ from nereid.types import StreamEvent as StreamEvent  # re-exported: its home was
 
 async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
     """The responses of a decoupled `model` to `request`."""
-    stream = ResponseStream()
+    stream = ResponseStream(model.statistics.record_response)
     admission = Admission(model, request, stream=stream)
     try:
         execution = asyncio.ensure_future(model.scheduler.execute(admission.backend, admission.timing))

@@ -8,13 +8,15 @@ requests at a time.
 `square` (input IN: INT32 [1]; output OUT): IN[0] responses, each with OUT = IN[0]. Parameters
 CUSTOM_INFER_DELAY_NS and CUSTOM_OUTPUT_DELAY_NS delay each response; CUSTOM_FAIL_COUNT and
 CUSTOM_EMPTY_COUNT make the last responses errors ("simulated failure") or leave them out. A cancelled
-request gets one CANCELLED error and no more.
+request gets one CANCELLED error (after CUSTOM_CANCEL_DELAY_NS) and no more. Square reports each
+response's statistics (Triton's response_stats); repeat reports none.
 
 Both end every request with a final flag of its own, after the responses.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -153,20 +155,28 @@ class SquareInstance(_DecoupledInstance):
         return {}
 
     def _respond(self, stream: ResponseStream, count: int) -> None:
+        """Each response reports its statistics before it goes out, so that a client that has it finds
+        it counted."""
         for index in range(count):
+            start = time.perf_counter_ns()
             if stream.cancelled:
                 sleep_ms(self._cancel_delay_ms)
+                stream.record_response("cancel", start)
                 send(stream, Cancelled("cancelled"), False)
                 break
             sleep_ms(self._infer_delay_ms)
-            result: Outputs | NereidError | None
             if index + self._empty >= count:
-                continue  # an "empty" response: nothing is sent
+                stream.record_response("empty_response", start)  # nothing is sent
+                continue
+            output_start = time.perf_counter_ns()
+            sleep_ms(self._output_delay_ms)
+            result: Outputs | NereidError
             if index + self._fail + self._empty >= count:
                 result = InternalError("simulated failure")
+                stream.record_response("fail", start, output_start)
             else:
                 result = {"OUT": np.array([count], np.int32)}
-                sleep_ms(self._output_delay_ms)
+                stream.record_response("success", start, output_start)
             send(stream, result, False)
         send(stream, None, True)
 
