@@ -15,7 +15,7 @@ import tritonclient.utils.shared_memory as shm
 
 from nereid.backends.base import BackendRequest, Outputs
 from nereid.engine import Engine
-from nereid.errors import InvalidArgument
+from nereid.errors import InternalError, InvalidArgument
 from nereid.shared_memory import SharedMemoryRef
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -23,6 +23,7 @@ from tests.backends.serving import serving
 from tests.conftest import EXAMPLES
 
 PIPELINES = Path(__file__).parent / "pipelines" / "models"
+PYTHON_MODELS = Path(__file__).parent / "backends" / "python" / "models"
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     root = tmp_path_factory.mktemp("admission")
     shutil.copytree(EXAMPLES / "simple", root / "simple")
     shutil.copytree(PIPELINES / "repeat", root / "repeat")
+    shutil.copytree(PYTHON_MODELS / "faulty", root / "faulty")
     with serving(
         root, backend_config={"python": {"stub-timeout-seconds": "5"}}, allow_client_shm=True
     ) as engine:
@@ -171,3 +173,28 @@ def test_unregistering_regions_in_use_waits_for_the_requests_using_them(
     finally:
         engine.unregister_system_shared_memory()
         shm.destroy_shared_memory_region(handle)
+
+
+def _faulty(command: str) -> InferRequest:
+    data = np.array([command.encode()], dtype=np.object_)
+    return InferRequest("faulty", "", [InferTensor("INPUT0", "BYTES", (1,), data)])
+
+
+def test_a_python_models_error_response_counts_as_a_success_and_an_exception_as_a_failure(
+    engine: Engine,
+) -> None:
+    """As Triton's Python backend reports them: the model ran and answered, even if with an error."""
+    _, successes, failures, reasons = _counts(engine, "faulty")
+    executions = engine.statistics("faulty")["model_stats"][0]["execution_count"]
+    with pytest.raises(InvalidArgument, match="the model refused this request"):
+        asyncio.run(engine.infer(_faulty("error")))
+    assert _counts(engine, "faulty") == (0, successes + 1, failures, reasons)
+    assert engine.statistics("faulty")["model_stats"][0]["execution_count"] == executions + 1
+    with pytest.raises(InternalError, match="the model raised"):
+        asyncio.run(engine.infer(_faulty("raise")))
+    assert _counts(engine, "faulty") == (
+        0,
+        successes + 1,
+        failures + 1,
+        {**reasons, "BACKEND": reasons["BACKEND"] + 1},
+    )

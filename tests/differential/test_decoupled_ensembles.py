@@ -11,6 +11,7 @@ of the next step), so there the answers are compared in order and the final flag
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,56 @@ def test_same_stream_through_a_step_after_the_decoupled_one(servers: Servers, na
     for responses in (triton, nereid):
         finals = [r[1] for r in responses if isinstance(r, tuple)]
         assert isinstance(responses[-1], str) or finals == [False] * (len(finals) - 1) + [True]
+
+
+def _counts(target: str, model: str) -> dict[str, Any]:
+    """A model's statistics with every duration left out: the counts alone can be compared."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("ns", "last_inference")}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    client = grpcclient.InferenceServerClient(target)
+    try:
+        stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    finally:
+        client.close()
+    return strip(stats)
+
+
+def _settled(target: str, models: tuple[str, ...], before: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The models' counts once the failed request is all recorded: Triton records the decoupled step's
+    request, and then the ensemble's, after the error went out; until they are, the counts are polled."""
+
+    def outcomes(stats: dict[str, Any]) -> int:
+        inference = stats["inference_stats"]
+        return int(inference["success"].get("count", 0)) + int(inference["fail"].get("count", 0))
+
+    deadline = time.monotonic() + 30
+    while True:
+        after = [_counts(target, m) for m in models]
+        step_done = outcomes(after[1]) > outcomes(before[1])
+        # the ensemble's request and its failed step: two outcomes, whichever they are
+        if (step_done and outcomes(after[0]) >= outcomes(before[0]) + 2) or time.monotonic() > deadline:
+            return after
+        time.sleep(0.02)  # a poll's pace, not a guess at the time the servers need
+
+
+def test_same_statistics_after_a_request_failed_by_the_step_after_the_decoupled_one(
+    servers: Servers,
+) -> None:
+    """times_ten refuses 5000 after repeat answered it: the ensemble's request counts as failed, beside
+    its failed step (as for unary ensembles), and not as a success; times_ten, a Python model that
+    answered with an error response, counts a success."""
+    models = ("repeat_scale", "repeat", "times_ten")
+    got = []
+    for target in (servers.triton_grpc, servers.nereid_grpc):
+        before = [_counts(target, m) for m in models]
+        assert _responses(target, _request("repeat_scale", [5000], 0)) == [
+            "in ensemble 'repeat_scale', too large"
+        ]
+        got.append((before, _settled(target, models, before)))
+    assert got[1] == got[0], json.dumps(got)
