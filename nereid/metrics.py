@@ -245,8 +245,8 @@ class MetricsExporter:
             family = Family(name, text, "summary")
             for model in models:
                 summaries = model.statistics.summaries
-                if summaries is None:
-                    continue
+                if summaries is None or (key == "request" and model.response_cache):
+                    continue  # Triton publishes no request summary for a model whose responses are cached
                 window = summaries.windows[key]
                 labels = _labels(model)
                 family.suffixed += [("_count", labels, window.count), ("_sum", labels, window.sum)]

@@ -88,6 +88,27 @@ def test_summaries_replace_counters_when_configured() -> None:
         engine.shutdown()
 
 
+def test_a_cached_model_has_no_request_summary_as_in_triton() -> None:
+    """Triton leaves the request-duration summary out for a model whose responses are cached, and keeps
+    its other summaries."""
+    from nereid.engine_client import ModelMetrics
+    from nereid.statistics import ModelStatistics
+
+    class Models:
+        def model_metrics(self) -> list[ModelMetrics]:
+            return [
+                ModelMetrics("cached", "1", {}, 0, 0, ModelStatistics(summaries=True), response_cache=True),
+                ModelMetrics("plain", "1", {}, 0, 0, ModelStatistics(summaries=True)),
+            ]
+
+    config = MetricsConfig(summary_latencies=True)
+    text = MetricsExporter(Models(), cpu_metrics=False, config=config).render().decode()  # type: ignore[arg-type]
+    samples = _samples(text)
+    assert 'nv_inference_request_summary_us_count{model="plain",version="1"}' in samples
+    assert 'nv_inference_request_summary_us_count{model="cached",version="1"}' not in samples
+    assert 'nv_inference_queue_summary_us_count{model="cached",version="1"}' in samples
+
+
 def test_batch_size_and_queue_delay_histograms() -> None:
     engine = build_engine(ServerSettings(model_repositories=(EXAMPLES,)))
     try:
