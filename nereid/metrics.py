@@ -243,15 +243,21 @@ class MetricsExporter:
         families = []
         for key, name, text in _SUMMARIES:
             family = Family(name, text, "summary")
+            cached = 0
             for model in models:
                 summaries = model.statistics.summaries
-                if summaries is None or (key == "request" and model.response_cache):
-                    continue  # Triton publishes no request summary for a model whose responses are cached
+                if summaries is None:
+                    continue
+                if key == "request" and model.response_cache:
+                    cached += 1  # Triton publishes no request summary for a model whose responses are cached
+                    continue
                 window = summaries.windows[key]
                 labels = _labels(model)
                 family.suffixed += [("_count", labels, window.count), ("_sum", labels, window.sum)]
                 for quantile, value in zip(quantiles, window.quantiles(quantiles, now), strict=True):
                     family.samples.append(({**labels, "quantile": repr(quantile)}, value))
+            if cached and not family.suffixed:
+                continue  # nor its name, when only cached models would have had one
             families.append(family)
         return families
 

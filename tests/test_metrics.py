@@ -108,6 +108,13 @@ def test_a_cached_model_has_no_request_summary_as_in_triton() -> None:
     assert 'nv_inference_request_summary_us_count{model="cached",version="1"}' not in samples
     assert 'nv_inference_queue_summary_us_count{model="cached",version="1"}' in samples
 
+    class Cached(Models):
+        def model_metrics(self) -> list[ModelMetrics]:
+            return super().model_metrics()[:1]
+
+    text = MetricsExporter(Cached(), cpu_metrics=False, config=config).render().decode()  # type: ignore[arg-type]
+    assert "nv_inference_request_summary" not in text and "nv_inference_queue_summary_us" in text
+
 
 def test_batch_size_and_queue_delay_histograms() -> None:
     engine = build_engine(ServerSettings(model_repositories=(EXAMPLES,)))
