@@ -181,6 +181,17 @@ _SUMMARIES = (
 )
 
 
+# The response cache's summaries, of the models whose responses are cached
+_CACHE_SUMMARIES = (
+    ("cache_hit", "nv_cache_hit_summary_us", "Summary of response cache hit durations in microseconds"),
+    (
+        "cache_miss",
+        "nv_cache_miss_summary_us",
+        "Summary of response cache miss durations (lookup and insert) in microseconds",
+    ),
+)
+
+
 class MetricsExporter:
     def __init__(
         self,
@@ -241,12 +252,12 @@ class MetricsExporter:
         quantiles = self._config.summary_quantiles
         now = time.monotonic()
         families = []
-        for key, name, text in _SUMMARIES:
+        for key, name, text in _SUMMARIES + _CACHE_SUMMARIES:
             family = Family(name, text, "summary")
             cached = 0
             for model in models:
                 summaries = model.statistics.summaries
-                if summaries is None:
+                if summaries is None or (key.startswith("cache_") and not model.response_cache):
                     continue
                 if key == "request" and model.response_cache:
                     cached += 1  # Triton publishes no request summary for a model whose responses are cached
@@ -256,8 +267,8 @@ class MetricsExporter:
                 family.suffixed += [("_count", labels, window.count), ("_sum", labels, window.sum)]
                 for quantile, value in zip(quantiles, window.quantiles(quantiles, now), strict=True):
                     family.samples.append(({**labels, "quantile": repr(quantile)}, value))
-            if cached and not family.suffixed:
-                continue  # nor its name, when only cached models would have had one
+            if not family.suffixed and (cached or key.startswith("cache_")):
+                continue  # nor its name, when no model has one for these reasons
             families.append(family)
         return families
 

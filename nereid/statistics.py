@@ -214,6 +214,8 @@ class ModelStatistics:
             self.success.add(request_ns)
             self.queue.add(queue_ns)
             self.cache_hit.add(lookup_ns)
+            if self.summaries is not None:
+                self.summaries.observe_one("cache_hit", lookup_ns)
 
     def record_first_response(self, request_ns: int) -> None:
         histogram = self.first_response
@@ -224,6 +226,8 @@ class ModelStatistics:
     def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
         with self._lock:
             self.cache_miss.add(lookup_and_insert_ns)
+            if self.summaries is not None:
+                self.summaries.observe_one("cache_miss", lookup_and_insert_ns)
 
     def record_response(
         self, index: int, outcome: str, start_ns: int, output_start_ns: int | None, end_ns: int

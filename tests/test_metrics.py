@@ -116,6 +116,31 @@ def test_a_cached_model_has_no_request_summary_as_in_triton() -> None:
     assert "nv_inference_request_summary" not in text and "nv_inference_queue_summary_us" in text
 
 
+def test_cache_summaries_for_the_models_whose_responses_are_cached() -> None:
+    from nereid.engine_client import ModelMetrics
+    from nereid.statistics import ModelStatistics
+
+    cached = ModelStatistics(summaries=True)
+    cached.record_cache_miss(3_000)
+    cached.record_cache_hit(5_000, 0, 2_000)
+
+    class Models:
+        def model_metrics(self) -> list[ModelMetrics]:
+            return [
+                ModelMetrics("cached", "1", {}, 0, 0, cached, response_cache=True),
+                ModelMetrics("plain", "1", {}, 0, 0, ModelStatistics(summaries=True)),
+            ]
+
+    config = MetricsConfig(summary_latencies=True, summary_quantiles=(0.5,))
+    samples = _samples(MetricsExporter(Models(), cpu_metrics=False, config=config).render().decode())  # type: ignore[arg-type]
+    assert samples['nv_cache_hit_summary_us_count{model="cached",version="1"}'] == 1
+    assert samples['nv_cache_hit_summary_us{model="cached",version="1",quantile="0.5"}'] == 2.0
+    assert samples['nv_cache_miss_summary_us_sum{model="cached",version="1"}'] == 3.0
+    assert not any(key.startswith("nv_cache_") and 'model="plain"' in key for key in samples)
+    plain = MetricsExporter(Models(), cpu_metrics=False, config=MetricsConfig()).render().decode()  # type: ignore[arg-type]
+    assert "nv_cache_hit_summary_us" not in plain  # summaries off
+
+
 def test_batch_size_and_queue_delay_histograms() -> None:
     engine = build_engine(ServerSettings(model_repositories=(EXAMPLES,)))
     try:
