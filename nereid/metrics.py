@@ -192,6 +192,16 @@ _CACHE_SUMMARIES = (
 )
 
 
+# Nereid keeps no pinned (page-locked, CUDA) host memory pool: both gauges read 0, as they do on Triton
+# without a GPU
+_PINNED_MEMORY_FAMILIES = [
+    Family(
+        "nv_pinned_memory_pool_total_bytes", "Size of the pinned memory pool, in bytes", "gauge", [({}, 0)]
+    ),
+    Family("nv_pinned_memory_pool_used_bytes", "Pinned memory pool bytes in use", "gauge", [({}, 0)]),
+]
+
+
 class MetricsExporter:
     def __init__(
         self,
@@ -238,6 +248,7 @@ class MetricsExporter:
             pending.samples.append((labels, model.pending))
         families.append(pending)
         families += _load_and_first_response_families(models)
+        families += _PINNED_MEMORY_FAMILIES
         families += self._cpu_families()
         families += self._summary_families(models)
         families += _batching_families(models)
