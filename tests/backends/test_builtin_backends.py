@@ -214,6 +214,23 @@ def test_repeat_sends_one_response_per_element_then_a_final_flag(tmp_path: Path)
     assert items[-1] == (None, True)
 
 
+def test_repeat_not_decoupled_answers_its_one_element_once_sent_and_returned(tmp_path: Path) -> None:
+    model_dir(tmp_path, "repeat_int32", REPEAT.replace("model_transaction_policy { decoupled: true }\n", ""))
+    with serving(tmp_path) as engine:
+        inputs = {
+            "IN": np.array([7], np.int32),
+            "DELAY": np.array([30], np.uint32),
+            "WAIT": np.array([10], np.uint32),
+        }
+        started = time.monotonic()
+        outputs = infer(engine, "repeat_int32", inputs)
+        assert time.monotonic() - started >= 0.03  # the response is sent after DELAY
+        assert outputs["OUT"].tolist() == [7] and outputs["IDX"].tolist() == [0]
+        two = {**inputs, "IN": np.array([7, 8], np.int32), "DELAY": np.array([0, 0], np.uint32)}
+        with pytest.raises(NereidError, match="answers a request of one element, got 2"):
+            infer(engine, "repeat_int32", two)
+
+
 def test_square_fails_and_leaves_out_the_last_responses_as_configured(tmp_path: Path) -> None:
     config = SQUARE + (
         'parameters { key: "CUSTOM_FAIL_COUNT" value: { string_value: "1" } }\n'
