@@ -53,16 +53,19 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
                 if final:
                     break
         finally:
+            # Recorded here, so that a consumer that stops at the final event (an ensemble whose request
+            # failed elsewhere) still leaves the request counted.
             if not stream.finished:  # the consumer stopped early
                 stream.cancel()
                 admission.record_cancelled()
-        # An ensemble's request that a step failed counts as failed, and only so, as in Triton. A decoupled
-        # ensemble streams its error with the final flag and returns, so the flag tells, not the execution.
-        failure = (_failure(execution) or error) if model.ensemble else None
-        if failure is not None:
-            admission.record_stream_failed(failure)
-        else:
-            admission.record_streamed()
+            else:
+                # An ensemble's request that a step failed counts as failed, and only so, as in Triton. A
+                # decoupled ensemble streams its error with the final flag and returns, so the flag tells.
+                failure = (_failure(execution) or error) if model.ensemble else None
+                if failure is not None:
+                    admission.record_stream_failed(failure)
+                else:
+                    admission.record_streamed()
     finally:
         admission.release()
 

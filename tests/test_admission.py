@@ -104,6 +104,22 @@ def test_a_stream_stopped_early_is_cancelled_and_released(engine: Engine) -> Non
     assert now_reasons["CANCELED"] == reasons["CANCELED"] + 1
 
 
+def test_a_stream_closed_at_its_final_event_is_still_one_success(engine: Engine) -> None:
+    """An ensemble stops reading a step's stream at the final event when its request failed elsewhere:
+    the step's request was answered all the same, and counts."""
+
+    async def until_final() -> None:
+        events = engine.infer_stream(_repeat([4]))
+        async for event in events:
+            if event.final:
+                await events.aclose()
+                break
+
+    _, successes, failures, _ = _counts(engine, "repeat")
+    asyncio.run(until_final())
+    assert _counts(engine, "repeat")[:3] == (0, successes + 1, failures)
+
+
 def test_a_streamed_request_cannot_use_shared_memory(engine: Engine) -> None:
     request = _repeat([1])
     request.inputs[0].shared_memory = SharedMemoryRef("region", 0, 4)
