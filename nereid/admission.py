@@ -21,7 +21,7 @@ from nereid.backends.responses import ResponseStream
 from nereid.cache import CacheKey, cache_key
 from nereid.classification import classify
 from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
-from nereid.errors import InputDataError, InvalidArgument, QueueFull, QueueTimeout, request_prefix
+from nereid.errors import InputDataError, InvalidArgument, NereidError, QueueFull, QueueTimeout, request_prefix
 from nereid.repository.model import ModelVersion
 from nereid.request_checks import backend_inputs, backend_request, inputs_batch_size, requested_outputs
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
@@ -116,6 +116,14 @@ class Admission:
     def failed(self, exc: BaseException) -> None:
         """The scheduler raised for a unary request: record why, and release it."""
         model = self.model
+        if isinstance(exc, NereidError) and exc.answered and not model.ensemble:
+            self._record_success(time.perf_counter_ns())  # the model's own error response
+            if self.trace is not None:
+                self.trace.request_end()
+            model.request_done()
+            if log.isEnabledFor(logging.DEBUG):
+                _log_request(self, f"answered with an error: {exc}")
+            return
         reason = "REJECTED"
         if model.ensemble:  # Triton gives an ensemble's failures no finer reason
             reason = "CANCELED" if isinstance(exc, asyncio.CancelledError) else "OTHER"
@@ -138,6 +146,17 @@ class Admission:
         except BaseException as exc:
             self.failed(exc)
             raise
+        self._record_success(executed)
+        if self.trace is not None:
+            self.trace.request_end(outputs)
+        model.request_done()
+        if log.isEnabledFor(logging.DEBUG):
+            _log_request(self, "OK")
+        return outputs
+
+    def _record_success(self, executed: int) -> None:
+        """A request the model answered, its outputs shaped from `executed` on."""
+        model = self.model
         start = self.start
         timing = self.timing
         end = time.perf_counter_ns()
@@ -153,12 +172,6 @@ class Admission:
             )
         if model.statistics.first_response is not None:
             model.statistics.record_first_response(end - start)
-        if self.trace is not None:
-            self.trace.request_end(outputs)
-        model.request_done()
-        if log.isEnabledFor(logging.DEBUG):
-            _log_request(self, "OK")
-        return outputs
 
     def cache_key(self) -> CacheKey:
         """What identifies this request's response in the response cache: model, version, every input
@@ -222,7 +235,10 @@ class Admission:
 
     def record_stream_failed(self, exc: BaseException) -> None:
         """A streamed request ended with an error that failed the whole request (an ensemble's step)."""
-        self.model.statistics.record_failure(time.perf_counter_ns() - self.start, _failure_reason(exc))
+        reason = _failure_reason(exc)
+        if self.model.ensemble and reason != "CANCELED":  # no finer reason for ensembles, as in `failed`
+            reason = "OTHER"
+        self.model.statistics.record_failure(time.perf_counter_ns() - self.start, reason)
         if log.isEnabledFor(logging.DEBUG):
             _log_request(self, f"failed (streamed): {exc}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -277,17 +278,19 @@ def _metrics_config(items: Sequence[str]) -> tuple[MetricsConfig, list[str]]:
     return MetricsConfig(**values), warnings
 
 
+# A number at the start of a text, as C's strtod reads one (what follows it is ignored)
+_LEADING_NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
 def _quantiles(text: str) -> tuple[float, ...]:
     """`0.5:0.05,0.9:0.01`: quantiles and their allowed errors; the errors are not needed here (the
-    quantiles are computed exactly)."""
+    quantiles are computed exactly). Each number is read from its start, as tritonserver reads it, so
+    that an error such as `0.0.1` is taken (as 0.0) rather than refused."""
     quantiles = []
     for pair in text.split(","):
         quantile, _, error = pair.partition(":")
-        try:
-            q = float(quantile)
-            float(error or "0")
-        except ValueError:
-            q = -1.0
+        q_match, error_match = _LEADING_NUMBER.match(quantile), _LEADING_NUMBER.match(error or "0")
+        q = float(q_match.group()) if q_match and error_match else -1.0
         if not 0.0 <= q <= 1.0:
             raise SystemExit(
                 f"nereid: --metrics-config summary_quantiles expects <quantile>:<error>[,...] with quantiles "

@@ -24,6 +24,9 @@ class NereidError(Exception):
     """An error with a status that every frontend knows how to report."""
 
     status: Status = Status.INTERNAL
+    # The model ran and answered the request with this error (a Python model's error response): Triton's
+    # Python backend reports such a request to the statistics as a success.
+    answered = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

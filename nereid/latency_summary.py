@@ -46,9 +46,18 @@ class Window:
 
 
 class LatencySummaries:
-    """The five summaries of one model version: request, queue, compute input / infer / output."""
+    """The summaries of one model version: request, queue, compute input / infer / output, and the
+    response cache's hits and misses (filled only when its responses are cached)."""
 
-    NAMES = ("request", "queue", "compute_input", "compute_infer", "compute_output")
+    NAMES = (
+        "request",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "cache_hit",
+        "cache_miss",
+    )
 
     def __init__(self) -> None:
         self.windows = {name: Window() for name in self.NAMES}
@@ -61,6 +70,9 @@ class LatencySummaries:
         w["compute_input"].observe(input_ns / 1000, now)
         w["compute_infer"].observe(infer_ns / 1000, now)
         w["compute_output"].observe(output_ns / 1000, now)
+
+    def observe_one(self, name: str, ns: int) -> None:
+        self.windows[name].observe(ns / 1000, time.monotonic())
 
     def observe_failure(self, request_ns: int) -> None:
         self.windows["request"].observe(request_ns / 1000, time.monotonic())

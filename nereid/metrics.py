@@ -181,6 +181,27 @@ _SUMMARIES = (
 )
 
 
+# The response cache's summaries, of the models whose responses are cached
+_CACHE_SUMMARIES = (
+    ("cache_hit", "nv_cache_hit_summary_us", "Summary of response cache hit durations in microseconds"),
+    (
+        "cache_miss",
+        "nv_cache_miss_summary_us",
+        "Summary of response cache miss durations (lookup and insert) in microseconds",
+    ),
+)
+
+
+# Nereid keeps no pinned (page-locked, CUDA) host memory pool: both gauges read 0, as they do on Triton
+# without a GPU
+_PINNED_MEMORY_FAMILIES = [
+    Family(
+        "nv_pinned_memory_pool_total_bytes", "Size of the pinned memory pool, in bytes", "gauge", [({}, 0)]
+    ),
+    Family("nv_pinned_memory_pool_used_bytes", "Pinned memory pool bytes in use", "gauge", [({}, 0)]),
+]
+
+
 class MetricsExporter:
     def __init__(
         self,
@@ -227,6 +248,7 @@ class MetricsExporter:
             pending.samples.append((labels, model.pending))
         families.append(pending)
         families += _load_and_first_response_families(models)
+        families += _PINNED_MEMORY_FAMILIES
         families += self._cpu_families()
         families += self._summary_families(models)
         families += _batching_families(models)
@@ -241,17 +263,23 @@ class MetricsExporter:
         quantiles = self._config.summary_quantiles
         now = time.monotonic()
         families = []
-        for key, name, text in _SUMMARIES:
+        for key, name, text in _SUMMARIES + _CACHE_SUMMARIES:
             family = Family(name, text, "summary")
+            cached = 0
             for model in models:
                 summaries = model.statistics.summaries
-                if summaries is None:
+                if summaries is None or (key.startswith("cache_") and not model.response_cache):
+                    continue
+                if key == "request" and model.response_cache:
+                    cached += 1  # Triton publishes no request summary for a model whose responses are cached
                     continue
                 window = summaries.windows[key]
                 labels = _labels(model)
                 family.suffixed += [("_count", labels, window.count), ("_sum", labels, window.sum)]
                 for quantile, value in zip(quantiles, window.quantiles(quantiles, now), strict=True):
                     family.samples.append(({**labels, "quantile": repr(quantile)}, value))
+            if not family.suffixed and (cached or key.startswith("cache_")):
+                continue  # nor its name, when no model has one for these reasons
             families.append(family)
         return families
 

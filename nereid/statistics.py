@@ -94,6 +94,25 @@ class _BatchStats:
     compute_output: Duration = field(default_factory=Duration)
 
 
+# How a decoupled model's response ended, as a backend reports it (Triton's response statistics)
+RESPONSE_OUTCOMES = ("success", "fail", "empty_response", "cancel")
+
+
+@dataclass
+class _ResponseStats:
+    """The responses at one position (first, second, ...) of their requests' streams."""
+
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    empty_response: Duration = field(default_factory=Duration)
+    cancel: Duration = field(default_factory=Duration)
+
+    def to_json(self) -> dict[str, dict[str, int]]:
+        return {name: getattr(self, name).to_json() for name in self.__dataclass_fields__}
+
+
 class ModelStatistics:
     """What Triton reports for one model version: requests, executions and where their time went."""
 
@@ -120,6 +139,7 @@ class ModelStatistics:
         self.cache_hit = Duration()  # lookups that answered the request
         self.cache_miss = Duration()  # lookups that did not, plus the insert of the response
         self._batches: dict[int, _BatchStats] = {}
+        self._responses: dict[int, _ResponseStats] = {}  # by the response's index in its stream
         self.queue_delays = [0] * (len(QUEUE_DELAY_BUCKETS_US) + 1)  # requests per bucket, not cumulative
         self.request_durations = [0] * (len(REQUEST_DURATION_BUCKETS_US) + 1)  # the same, successes
 
@@ -194,6 +214,8 @@ class ModelStatistics:
             self.success.add(request_ns)
             self.queue.add(queue_ns)
             self.cache_hit.add(lookup_ns)
+            if self.summaries is not None:
+                self.summaries.observe_one("cache_hit", lookup_ns)
 
     def record_first_response(self, request_ns: int) -> None:
         histogram = self.first_response
@@ -204,6 +226,27 @@ class ModelStatistics:
     def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
         with self._lock:
             self.cache_miss.add(lookup_and_insert_ns)
+            if self.summaries is not None:
+                self.summaries.observe_one("cache_miss", lookup_and_insert_ns)
+
+    def record_response(
+        self, index: int, outcome: str, start_ns: int, output_start_ns: int | None, end_ns: int
+    ) -> None:
+        """A decoupled model's `index`th response to a request, as its backend reports it: computed from
+        `start_ns`, its outputs written from `output_start_ns` (None: it had none to write), and sent or
+        given up at `end_ns`. A response with outputs or an error counts in compute_infer and
+        compute_output; an empty one in compute_infer alone; a cancelled one only as cancelled."""
+        with self._lock:
+            stats = self._responses.get(index)
+            if stats is None:
+                stats = self._responses[index] = _ResponseStats()
+            getattr(stats, outcome).add(end_ns - start_ns)
+            if outcome == "cancel":
+                return
+            infer_end = end_ns if output_start_ns is None else output_start_ns
+            stats.compute_infer.add(infer_end - start_ns)
+            if output_start_ns is not None:
+                stats.compute_output.add(end_ns - output_start_ns)
 
     def record_failure(self, request_ns: int, reason: str) -> None:
         with self._lock:
@@ -232,7 +275,7 @@ class ModelStatistics:
                     "cache_hit": self.cache_hit.to_json(),
                     "cache_miss": self.cache_miss.to_json(),
                 },
-                "response_stats": {},
+                "response_stats": {str(i): r.to_json() for i, r in sorted(self._responses.items())},
                 "batch_stats": [
                     {
                         "batch_size": size,

@@ -26,12 +26,13 @@ from nereid.types import StreamEvent as StreamEvent  # re-exported: its home was
 
 async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
     """The responses of a decoupled `model` to `request`."""
-    stream = ResponseStream()
+    stream = ResponseStream(model.statistics.record_response)
     admission = Admission(model, request, stream=stream)
     try:
         execution = asyncio.ensure_future(model.scheduler.execute(admission.backend, admission.timing))
         execution.add_done_callback(lambda done: _executed(done, stream))
         first = True
+        error: NereidError | None = None  # an error that came with the final flag
         try:
             while True:
                 result, final = await stream.get()
@@ -39,6 +40,8 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
                     first = False
                     admission.responded()
                 if isinstance(result, NereidError):
+                    if final:
+                        error = result
                     yield StreamEvent(None, result, final)
                 elif result is None:
                     yield StreamEvent(None, None, final)
@@ -50,14 +53,19 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
                 if final:
                     break
         finally:
+            # Recorded here, so that a consumer that stops at the final event (an ensemble whose request
+            # failed elsewhere) still leaves the request counted.
             if not stream.finished:  # the consumer stopped early
                 stream.cancel()
                 admission.record_cancelled()
-        failure = _failure(execution) if model.ensemble else None
-        if failure is not None:  # an ensemble's request that a step failed counts as failed, as in Triton
-            admission.record_stream_failed(failure)
-        else:
-            admission.record_streamed()
+            else:
+                # An ensemble's request that a step failed counts as failed, and only so, as in Triton. A
+                # decoupled ensemble streams its error with the final flag and returns, so the flag tells.
+                failure = (_failure(execution) or error) if model.ensemble else None
+                if failure is not None:
+                    admission.record_stream_failed(failure)
+                else:
+                    admission.record_streamed()
     finally:
         admission.release()
 

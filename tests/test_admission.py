@@ -15,7 +15,7 @@ import tritonclient.utils.shared_memory as shm
 
 from nereid.backends.base import BackendRequest, Outputs
 from nereid.engine import Engine
-from nereid.errors import InvalidArgument
+from nereid.errors import InternalError, InvalidArgument
 from nereid.shared_memory import SharedMemoryRef
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -23,6 +23,7 @@ from tests.backends.serving import serving
 from tests.conftest import EXAMPLES
 
 PIPELINES = Path(__file__).parent / "pipelines" / "models"
+PYTHON_MODELS = Path(__file__).parent / "backends" / "python" / "models"
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     root = tmp_path_factory.mktemp("admission")
     shutil.copytree(EXAMPLES / "simple", root / "simple")
     shutil.copytree(PIPELINES / "repeat", root / "repeat")
+    shutil.copytree(PYTHON_MODELS / "faulty", root / "faulty")
     with serving(
         root, backend_config={"python": {"stub-timeout-seconds": "5"}}, allow_client_shm=True
     ) as engine:
@@ -102,6 +104,22 @@ def test_a_stream_stopped_early_is_cancelled_and_released(engine: Engine) -> Non
     assert now_reasons["CANCELED"] == reasons["CANCELED"] + 1
 
 
+def test_a_stream_closed_at_its_final_event_is_still_one_success(engine: Engine) -> None:
+    """An ensemble stops reading a step's stream at the final event when its request failed elsewhere:
+    the step's request was answered all the same, and counts."""
+
+    async def until_final() -> None:
+        events = engine.infer_stream(_repeat([4]))
+        async for event in events:
+            if event.final:
+                await events.aclose()
+                break
+
+    _, successes, failures, _ = _counts(engine, "repeat")
+    asyncio.run(until_final())
+    assert _counts(engine, "repeat")[:3] == (0, successes + 1, failures)
+
+
 def test_a_streamed_request_cannot_use_shared_memory(engine: Engine) -> None:
     request = _repeat([1])
     request.inputs[0].shared_memory = SharedMemoryRef("region", 0, 4)
@@ -171,3 +189,28 @@ def test_unregistering_regions_in_use_waits_for_the_requests_using_them(
     finally:
         engine.unregister_system_shared_memory()
         shm.destroy_shared_memory_region(handle)
+
+
+def _faulty(command: str) -> InferRequest:
+    data = np.array([command.encode()], dtype=np.object_)
+    return InferRequest("faulty", "", [InferTensor("INPUT0", "BYTES", (1,), data)])
+
+
+def test_a_python_models_error_response_counts_as_a_success_and_an_exception_as_a_failure(
+    engine: Engine,
+) -> None:
+    """As Triton's Python backend reports them: the model ran and answered, even if with an error."""
+    _, successes, failures, reasons = _counts(engine, "faulty")
+    executions = engine.statistics("faulty")["model_stats"][0]["execution_count"]
+    with pytest.raises(InvalidArgument, match="the model refused this request"):
+        asyncio.run(engine.infer(_faulty("error")))
+    assert _counts(engine, "faulty") == (0, successes + 1, failures, reasons)
+    assert engine.statistics("faulty")["model_stats"][0]["execution_count"] == executions + 1
+    with pytest.raises(InternalError, match="the model raised"):
+        asyncio.run(engine.infer(_faulty("raise")))
+    assert _counts(engine, "faulty") == (
+        0,
+        successes + 1,
+        failures + 1,
+        {**reasons, "BACKEND": reasons["BACKEND"] + 1},
+    )

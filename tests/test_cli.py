@@ -111,6 +111,7 @@ def test_cache_flags_refused_with_tritons_texts(monkeypatch: pytest.MonkeyPatch)
         ["--model-repository=/a", "--grpc-request-compression="],
         ["--model-repository=/a", "--metrics-config=summary_latencies=maybe"],
         ["--model-repository=/a", "--metrics-config=summary_quantiles=0.5:0.05,1.5:0.01"],
+        ["--model-repository=/a", "--metrics-config=summary_quantiles=x:0.01"],
         ["--model-repository=/a", "--metrics-config=summary_latencies"],
     ],
 )
@@ -205,6 +206,11 @@ def test_metrics_config() -> None:
     config = settings.metrics_config
     assert config.summary_latencies and not config.counter_latencies and config.histogram_latencies
     assert config.summary_quantiles == (0.5, 0.999)
+    # each number is read from its start, as tritonserver reads it: an error of `0.0.1` is taken
+    settings, _ = parse_settings(
+        ["--model-repository=/a", "--metrics-config=summary_quantiles=0.1:0.0.1,0.7:0.01,0.75:0.01"]
+    )
+    assert settings.metrics_config.summary_quantiles == (0.1, 0.7, 0.75)
     assert warnings == ["--metrics-config gauge_latencies is not a setting Nereid acts on; it has no effect"]
 
 

@@ -45,8 +45,14 @@ def test_statistics_and_metrics_after_requests() -> None:
         assert [b["batch_size"] for b in stats["batch_stats"]] == [1, 3]
         assert stats["batch_stats"][0]["compute_infer"]["count"] == 2
         assert stats["last_inference"] > 0
-        samples = _samples(MetricsExporter(engine).render().decode())
+        text = MetricsExporter(engine).render().decode()
+        samples = _samples(text)
         assert samples['nv_inference_count{model="simple",version="1"}'] == 5
+        # no pinned memory pool, as on Triton without a GPU
+        lines = text.splitlines()
+        assert (
+            "nv_pinned_memory_pool_total_bytes 0" in lines and "nv_pinned_memory_pool_used_bytes 0" in lines
+        )
         assert samples['nv_inference_exec_count{model="simple",version="1"}'] == 3
         assert samples['nv_inference_request_success{model="simple",version="1"}'] == 3
         assert samples['nv_inference_request_failure{model="simple",reason="BACKEND",version="1"}'] == 0
@@ -86,6 +92,59 @@ def test_summaries_replace_counters_when_configured() -> None:
         assert 0 < median <= largest <= infer_sum
     finally:
         engine.shutdown()
+
+
+def test_a_cached_model_has_no_request_summary_as_in_triton() -> None:
+    """Triton leaves the request-duration summary out for a model whose responses are cached, and keeps
+    its other summaries."""
+    from nereid.engine_client import ModelMetrics
+    from nereid.statistics import ModelStatistics
+
+    class Models:
+        def model_metrics(self) -> list[ModelMetrics]:
+            return [
+                ModelMetrics("cached", "1", {}, 0, 0, ModelStatistics(summaries=True), response_cache=True),
+                ModelMetrics("plain", "1", {}, 0, 0, ModelStatistics(summaries=True)),
+            ]
+
+    config = MetricsConfig(summary_latencies=True)
+    text = MetricsExporter(Models(), cpu_metrics=False, config=config).render().decode()  # type: ignore[arg-type]
+    samples = _samples(text)
+    assert 'nv_inference_request_summary_us_count{model="plain",version="1"}' in samples
+    assert 'nv_inference_request_summary_us_count{model="cached",version="1"}' not in samples
+    assert 'nv_inference_queue_summary_us_count{model="cached",version="1"}' in samples
+
+    class Cached(Models):
+        def model_metrics(self) -> list[ModelMetrics]:
+            return super().model_metrics()[:1]
+
+    text = MetricsExporter(Cached(), cpu_metrics=False, config=config).render().decode()  # type: ignore[arg-type]
+    assert "nv_inference_request_summary" not in text and "nv_inference_queue_summary_us" in text
+
+
+def test_cache_summaries_for_the_models_whose_responses_are_cached() -> None:
+    from nereid.engine_client import ModelMetrics
+    from nereid.statistics import ModelStatistics
+
+    cached = ModelStatistics(summaries=True)
+    cached.record_cache_miss(3_000)
+    cached.record_cache_hit(5_000, 0, 2_000)
+
+    class Models:
+        def model_metrics(self) -> list[ModelMetrics]:
+            return [
+                ModelMetrics("cached", "1", {}, 0, 0, cached, response_cache=True),
+                ModelMetrics("plain", "1", {}, 0, 0, ModelStatistics(summaries=True)),
+            ]
+
+    config = MetricsConfig(summary_latencies=True, summary_quantiles=(0.5,))
+    samples = _samples(MetricsExporter(Models(), cpu_metrics=False, config=config).render().decode())  # type: ignore[arg-type]
+    assert samples['nv_cache_hit_summary_us_count{model="cached",version="1"}'] == 1
+    assert samples['nv_cache_hit_summary_us{model="cached",version="1",quantile="0.5"}'] == 2.0
+    assert samples['nv_cache_miss_summary_us_sum{model="cached",version="1"}'] == 3.0
+    assert not any(key.startswith("nv_cache_") and 'model="plain"' in key for key in samples)
+    plain = MetricsExporter(Models(), cpu_metrics=False, config=MetricsConfig()).render().decode()  # type: ignore[arg-type]
+    assert "nv_cache_hit_summary_us" not in plain  # summaries off
 
 
 def test_batch_size_and_queue_delay_histograms() -> None:

@@ -3,18 +3,21 @@
 `repeat` (inputs IN: INT32 [n], DELAY: UINT32 [n], WAIT: UINT32 [1]; outputs OUT, IDX): the i'th
 response, sent DELAY[i] ms after the previous one, carries OUT = IN[i] and IDX = i. The execution itself
 returns after WAIT ms, possibly before every response is out, so one instance can answer several
-requests at a time.
+requests at a time. A repeat model that is not decoupled answers a one-element request with its one
+response.
 
 `square` (input IN: INT32 [1]; output OUT): IN[0] responses, each with OUT = IN[0]. Parameters
 CUSTOM_INFER_DELAY_NS and CUSTOM_OUTPUT_DELAY_NS delay each response; CUSTOM_FAIL_COUNT and
 CUSTOM_EMPTY_COUNT make the last responses errors ("simulated failure") or leave them out. A cancelled
-request gets one CANCELLED error and no more.
+request gets one CANCELLED error (after CUSTOM_CANCEL_DELAY_NS) and no more. Square reports each
+response's statistics (Triton's response_stats); repeat reports none.
 
 Both end every request with a final flag of its own, after the responses.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -90,6 +93,28 @@ class _DecoupledInstance:
 
 
 class RepeatInstance(_DecoupledInstance):
+    def execute(self, requests: Sequence[BackendRequest]) -> list[BackendResult]:
+        return per_request(
+            requests,
+            lambda request: (
+                self._one(request) if request.stream is None else self._run(request.stream, request)
+            ),
+        )
+
+    @staticmethod
+    def _one(request: BackendRequest) -> Outputs:
+        """Not decoupled: the one response, once it is sent (after DELAY) and execute returned (after
+        WAIT), which is when Triton's repeat completes the request."""
+        values = _vector(request, "IN", np.int32)
+        delays = _vector(request, "DELAY", np.uint32)
+        wait = _vector(request, "WAIT", np.uint32)
+        if values.size != 1 or delays.size != 1 or wait.size != 1:
+            raise Unsupported(
+                f"without a decoupled transaction policy, repeat answers a request of one element, got {values.size}"
+            )
+        sleep_ms(max(int(delays[0]), int(wait[0])))
+        return {"OUT": values.copy(), "IDX": np.array([0], np.uint32)}
+
     def _run(self, stream: ResponseStream, request: BackendRequest) -> Outputs:
         values = _vector(request, "IN", np.int32)
         delays = _vector(request, "DELAY", np.uint32)
@@ -153,20 +178,28 @@ class SquareInstance(_DecoupledInstance):
         return {}
 
     def _respond(self, stream: ResponseStream, count: int) -> None:
+        """Each response reports its statistics before it goes out, so that a client that has it finds
+        it counted."""
         for index in range(count):
+            start = time.perf_counter_ns()
             if stream.cancelled:
                 sleep_ms(self._cancel_delay_ms)
+                stream.record_response("cancel", start)
                 send(stream, Cancelled("cancelled"), False)
                 break
             sleep_ms(self._infer_delay_ms)
-            result: Outputs | NereidError | None
             if index + self._empty >= count:
-                continue  # an "empty" response: nothing is sent
+                stream.record_response("empty_response", start)  # nothing is sent
+                continue
+            output_start = time.perf_counter_ns()
+            sleep_ms(self._output_delay_ms)
+            result: Outputs | NereidError
             if index + self._fail + self._empty >= count:
                 result = InternalError("simulated failure")
+                stream.record_response("fail", start, output_start)
             else:
                 result = {"OUT": np.array([count], np.int32)}
-                sleep_ms(self._output_delay_ms)
+                stream.record_response("success", start, output_start)
             send(stream, result, False)
         send(stream, None, True)
 

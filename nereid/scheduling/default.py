@@ -70,8 +70,9 @@ class DefaultScheduler:
         return await future
 
     def pending(self) -> int:
-        """Requests waiting for an instance."""
-        return len(self._waiting)
+        """Requests waiting for an instance, those held ready behind a running execution included: as in
+        Triton, a request is pending until it executes (nv_inference_pending_request_count)."""
+        return len(self._waiting) + self.pool.held_behind()
 
     def unavailable_reason(self) -> str | None:
         return self.pool.unavailable_reason()

@@ -117,6 +117,11 @@ class InstancePool:
         """Executions the instance holds: running, or ready behind the running one."""
         return self._outstanding[index]
 
+    def held_behind(self) -> int:
+        """Executions that blocking instances hold ready behind the one each runs: not started yet."""
+        pairs = zip(self._outstanding, self._async, strict=True)
+        return sum(max(0, held - 1) for held, is_async in pairs if not is_async)
+
     def depth(self, index: int) -> int:
         """How many executions the instance may hold at once."""
         if self._limiter is not None:

@@ -215,6 +215,23 @@ def test_repeat_sends_one_response_per_element_then_a_final_flag(tmp_path: Path)
     assert items[-1] == (None, True)
 
 
+def test_repeat_not_decoupled_answers_its_one_element_once_sent_and_returned(tmp_path: Path) -> None:
+    model_dir(tmp_path, "repeat_int32", REPEAT.replace("model_transaction_policy { decoupled: true }\n", ""))
+    with serving(tmp_path) as engine:
+        inputs = {
+            "IN": np.array([7], np.int32),
+            "DELAY": np.array([30], np.uint32),
+            "WAIT": np.array([10], np.uint32),
+        }
+        started = time.monotonic()
+        outputs = infer(engine, "repeat_int32", inputs)
+        assert time.monotonic() - started >= 0.03  # the response is sent after DELAY
+        assert outputs["OUT"].tolist() == [7] and outputs["IDX"].tolist() == [0]
+        two = {**inputs, "IN": np.array([7, 8], np.int32), "DELAY": np.array([0, 0], np.uint32)}
+        with pytest.raises(NereidError, match="answers a request of one element, got 2"):
+            infer(engine, "repeat_int32", two)
+
+
 def test_square_fails_and_leaves_out_the_last_responses_as_configured(tmp_path: Path) -> None:
     config = SQUARE + (
         'parameters { key: "CUSTOM_FAIL_COUNT" value: { string_value: "1" } }\n'
@@ -243,6 +260,60 @@ def test_square_through_the_engine_streams_its_responses(tmp_path: Path) -> None
     responses = [e.response for e in events if e.response is not None]
     assert [r.outputs[0].data.tolist() for r in responses] == [[3], [3], [3]]
     assert events[-1].final
+
+
+def test_square_reports_each_responses_statistics_by_its_place_in_the_stream(tmp_path: Path) -> None:
+    """Two successes, a failure and an empty response per request; each response's counts and times
+    go to its index, over both requests (Triton's response_stats)."""
+    model_dir(
+        tmp_path,
+        "square_int32",
+        SQUARE
+        + 'parameters { key: "CUSTOM_INFER_DELAY_NS" value: { string_value: "20000000" } }\n'
+        + 'parameters { key: "CUSTOM_OUTPUT_DELAY_NS" value: { string_value: "10000000" } }\n'
+        + 'parameters { key: "CUSTOM_FAIL_COUNT" value: { string_value: "1" } }\n'
+        + 'parameters { key: "CUSTOM_EMPTY_COUNT" value: { string_value: "1" } }\n',
+    )
+    with serving(tmp_path) as engine:
+        from nereid.types import InferRequest, InferTensor
+
+        async def collect() -> None:
+            for _ in range(2):
+                request = InferRequest(
+                    "square_int32", "", [InferTensor("IN", "INT32", (1,), np.array([4], np.int32))]
+                )
+                assert len([event async for event in engine.infer_stream(request)]) == 4
+
+        asyncio.run(collect())
+        stats = engine.statistics("square_int32")["model_stats"][0]["response_stats"]
+    counts = {
+        index: {name: d["count"] for name, d in entry.items() if d["count"]} for index, entry in stats.items()
+    }
+    answered = {"compute_infer": 2, "compute_output": 2}
+    assert counts == {
+        "0": {**answered, "success": 2},
+        "1": {**answered, "success": 2},
+        "2": {**answered, "fail": 2},
+        "3": {"compute_infer": 2, "empty_response": 2},
+    }
+    for entry in stats.values():  # two 20 ms computations at least, and their 10 ms outputs
+        assert entry["compute_infer"]["ns"] >= 2 * 20_000_000
+        outcome = next(entry[n] for n in ("success", "fail", "empty_response") if entry[n]["count"])
+        assert outcome["ns"] == entry["compute_infer"]["ns"] + entry["compute_output"]["ns"]
+    assert stats["0"]["compute_output"]["ns"] >= 2 * 10_000_000
+
+
+def test_a_cancelled_response_counts_only_as_cancelled() -> None:
+    from nereid.statistics import ModelStatistics
+
+    statistics = ModelStatistics()
+    statistics.record_response(0, "success", 100, 150, 190)
+    statistics.record_response(1, "cancel", 200, None, 230)
+    stats = statistics.to_json("m", "1")["response_stats"]
+    assert stats["0"]["compute_infer"] == {"count": 1, "ns": 50}
+    assert stats["0"]["compute_output"] == {"count": 1, "ns": 40}
+    assert stats["0"]["success"] == {"count": 1, "ns": 90}
+    assert {name: d for name, d in stats["1"].items() if d["count"]} == {"cancel": {"count": 1, "ns": 30}}
 
 
 BACKEND_SCRIPT = """

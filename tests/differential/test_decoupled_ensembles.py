@@ -11,6 +11,7 @@ of the next step), so there the answers are compared in order and the final flag
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,95 @@ def test_same_stream_through_a_step_after_the_decoupled_one(servers: Servers, na
     for responses in (triton, nereid):
         finals = [r[1] for r in responses if isinstance(r, tuple)]
         assert isinstance(responses[-1], str) or finals == [False] * (len(finals) - 1) + [True]
+
+
+def _counts(target: str, model: str) -> dict[str, Any]:
+    """A model's statistics with every duration left out: the counts alone can be compared."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("ns", "last_inference")}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    client = grpcclient.InferenceServerClient(target)
+    try:
+        stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    finally:
+        client.close()
+    return strip(stats)
+
+
+def _settled(target: str, models: tuple[str, ...], before: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The models' counts once the failed request is recorded: Triton records the decoupled step's
+    request, and then the ensemble's, after the error went out; until they are, the counts are polled,
+    and then read until steady."""
+
+    def outcomes(stats: dict[str, Any]) -> int:
+        inference = stats["inference_stats"]
+        return int(inference["success"].get("count", 0)) + int(inference["fail"].get("count", 0))
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        after = [_counts(target, m) for m in models]
+        if all(outcomes(a) > outcomes(b) for a, b in zip(after, before, strict=True)):
+            break
+        time.sleep(0.02)  # a poll's pace, not a guess at the time the servers need
+    return _steady(target, models)
+
+
+def _steady(target: str, models: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The models' counts once the earlier cases' requests are all recorded (Triton records some just
+    after their last response): two reads in a row agree."""
+    deadline = time.monotonic() + 10
+    last = [_counts(target, m) for m in models]
+    while time.monotonic() < deadline:
+        time.sleep(0.2)  # a poll's pace
+        now = [_counts(target, m) for m in models]
+        if now == last:
+            break
+        last = now
+    return last
+
+
+def test_same_statistics_after_a_request_failed_by_the_step_after_the_decoupled_one(
+    servers: Servers,
+) -> None:
+    """times_ten refuses 5000 after repeat answered it: the ensemble's request counts as failed, beside
+    its failed step (as for unary ensembles), and not as a success; times_ten, a Python model that
+    answered with an error response, counts a success."""
+    models = ("repeat_scale", "repeat", "times_ten")
+    got = []
+    for target in (servers.triton_grpc, servers.nereid_grpc):
+        before = _steady(target, models)
+        assert _responses(target, _request("repeat_scale", [5000], 0)) == [
+            "in ensemble 'repeat_scale', too large"
+        ]
+        after = _settled(target, models, before)
+        got.append({m: _delta(b, a) for m, b, a in zip(models, before, after, strict=True)})
+    triton, nereid = got
+    # Triton counts the failed step among the ensemble's failures or not, depending on whether the step's
+    # error or the decoupled step's final flag reaches the ensemble first: one failure or two, never a
+    # success. Nereid always counts both, as for unary ensembles.
+    assert triton["repeat_scale"] in ({"/inference_stats/fail/count": 1}, {"/inference_stats/fail/count": 2})
+    assert nereid["repeat_scale"] == {"/inference_stats/fail/count": 2}
+    assert {m: d for m, d in nereid.items() if m != "repeat_scale"} == {
+        m: d for m, d in triton.items() if m != "repeat_scale"
+    }, json.dumps(got)
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+    """What the request added to each count (the earlier cases of this module leave counts behind)."""
+
+    def leaves(value: Any, path: str = "") -> dict[str, int]:
+        if isinstance(value, dict):
+            return {k: v for key, item in value.items() for k, v in leaves(item, f"{path}/{key}").items()}
+        if isinstance(value, list):  # batch_stats: by batch size
+            return {
+                k: v for item in value for k, v in leaves(item, f"{path}/{item.get('batch_size')}").items()
+            }
+        return {path: int(value)} if path.endswith("count") else {}
+
+    was, now = leaves(before), leaves(after)
+    return {path: now[path] - was.get(path, 0) for path in now if now[path] != was.get(path, 0)}

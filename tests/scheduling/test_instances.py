@@ -277,7 +277,8 @@ def test_stop_fails_queued_requests_lets_running_ones_finish_and_refuses_new_one
         tasks = [asyncio.ensure_future(scheduler.execute(_request(i))) for i in range(4)]
         await asyncio.sleep(0)
         await asyncio.to_thread(instance.started.acquire, True, 10)
-        assert scheduler.pending() == 2  # one running, one held behind it, two waiting
+        # one running; the one held behind it and the two waiting have not started: three pending
+        assert scheduler.pending() == 3
         stopper = asyncio.ensure_future(asyncio.to_thread(scheduler.stop))
         for _ in range(10_000):  # stop() refuses new work at once, then waits for the running execution
             if scheduler.pool.closed:

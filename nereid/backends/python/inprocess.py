@@ -31,7 +31,7 @@ import orjson
 
 from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Outputs
 from nereid.backends.python.bls import control, infer_request, run_bls
-from nereid.backends.python.messages import ERRORS, instance_args, request_fields
+from nereid.backends.python.messages import instance_args, request_fields, response_error
 from nereid.backends.python.process import model_log
 from nereid.backends.python.worker import pb_utils, wire
 from nereid.backends.python.worker.errors import status_name
@@ -360,7 +360,7 @@ def _result(
     error; a string says what is wrong with the response."""
     error = response._error
     if error is not None:
-        return ERRORS.get(status_name(error.code()), InternalError)(str(error.message()))
+        return response_error(status_name(error.code()), str(error.message()))
     outputs: Outputs = {}
     for tensor in response._tensors:
         if not isinstance(tensor, pb_utils.Tensor):

@@ -81,6 +81,13 @@ def instance_args(spec: InstanceSpec, config_json: str) -> dict[str, str]:
     }
 
 
+def response_error(status: str, message: str) -> NereidError:
+    """A model's error response, marked as an answer of the model (see NereidError.answered)."""
+    error = ERRORS.get(status, InternalError)(message)
+    error.answered = True
+    return error
+
+
 def decode_inline_result(result: tuple[Any, ...] | None) -> Outputs | NereidError | None:
     """A response of a RESPONSE frame: outputs (tensors inline), an error, or None (the final flag alone)."""
     if result is None:
@@ -95,7 +102,7 @@ def decode_result(arena: wire.Arena | None, result: tuple[Any, ...]) -> BackendR
     """One request's result from a RESULT frame: its outputs, copied out of the worker's arena, or its error."""
     if not result[0]:
         _, status, message = result
-        return ERRORS.get(status, InternalError)(message)
+        return response_error(status, message)
     outputs: Outputs = {}
     for name, datatype, shape, offset, nbytes in result[1]:
         if arena is None:
