@@ -21,7 +21,14 @@ from nereid.backends.responses import ResponseStream
 from nereid.cache import CacheKey, cache_key
 from nereid.classification import classify
 from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
-from nereid.errors import InputDataError, InvalidArgument, NereidError, QueueFull, QueueTimeout, request_prefix
+from nereid.errors import (
+    InputDataError,
+    InvalidArgument,
+    NereidError,
+    QueueFull,
+    QueueTimeout,
+    request_prefix,
+)
 from nereid.repository.model import ModelVersion
 from nereid.request_checks import backend_inputs, backend_request, inputs_batch_size, requested_outputs
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
