@@ -164,3 +164,46 @@ def test_each_piece_of_a_streamed_response_is_sent_between_send_times() -> None:
         "HTTP_SEND_END",
         "close",
     ]
+
+
+def test_responses_answered_at_once_or_by_callback_are_traced_and_closed() -> None:
+    """The callback path (a batched model's infer requests) and responses the handler returns at once get
+    their send times and are closed by the connection, as awaited ones are; a cancelled one is closed."""
+    from tests.frontends.test_http_protocol import _Later
+
+    traces: dict[str, _Trace] = {}
+    waiting: dict[str, _Later] = {}
+
+    def handler(request: HttpRequest) -> HttpResponse | _Later:
+        trace = traces[request.path] = _Trace()
+        request.trace = trace  # type: ignore[assignment]
+        if request.path == "/now":
+            return HttpResponse(200, b"now")
+        later = waiting[request.path] = _Later()
+        return later
+
+    async def scenario() -> None:
+        server = HttpServer(handler, error_response, 1024, tracing=_Tracing(active=True))  # type: ignore[arg-type]
+        await server.start("127.0.0.1", 0)
+        try:
+            assert await _exchange(server, _post("/now", b"")) == [200]
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(_post("/later", b""))
+            while "/later" not in waiting or waiting["/later"].callback is None:
+                await asyncio.sleep(0.01)
+            callback = waiting["/later"].callback
+            assert callback is not None
+            callback(HttpResponse(200, b"later"))
+            assert (await _read_response(reader))[2] == b"later"
+            writer.write(_post("/gone", b""))
+            while "/gone" not in waiting or waiting["/gone"].callback is None:
+                await asyncio.sleep(0.01)
+            writer.close()
+            await asyncio.wait_for(waiting["/gone"].cancelled.wait(), 5)
+        finally:
+            await server.stop(1.0)
+
+    asyncio.run(scenario())
+    for path in ("/now", "/later"):
+        assert [name for name, _ in traces[path].events] == ["HTTP_SEND_START", "HTTP_SEND_END", "close"]
+    assert [name for name, _ in traces["/gone"].events] == ["close"]

@@ -370,3 +370,25 @@ def test_generate_and_generate_stream_are_traced_as_triton_traces_them(
     assert sends == ["INFER_RESPONSE_COMPLETE", "HTTP_SEND_START", "HTTP_SEND_END"] * 2 + [
         "INFER_RESPONSE_COMPLETE"
     ]
+
+
+def test_requests_to_a_batching_model_are_traced_on_the_callback_path(
+    tmp_path: Path, stopping: list[RunningServer]
+) -> None:
+    """A dynamic batcher's HTTP requests are answered by callback, with no Task per request; traced, they
+    still carry every timestamp, the connection's send times included."""
+    root = tmp_path / "models"
+    shutil.copytree(EXAMPLES / "simple", root / "batched")
+    config = root / "batched" / "config.pbtxt"
+    config.write_text(
+        config.read_text().replace('name: "simple"', 'name: "batched"') + "\ndynamic_batching { }\n"
+    )
+    server, trace_file = _serve(tmp_path, root, stopping)
+    for request_id in ("one", "two"):
+        _http_infer(server, "batched", request_id=request_id)
+    traces = _traces(_stop_and_read(server, trace_file))
+    assert sorted(t["request_id"] for t in traces.values()) == ["one", "two"]
+    for trace in traces.values():
+        _in_order(trace, MODEL_ORDER)
+        _in_order(trace, HTTP_ORDER)
+        _in_order(trace, ("REQUEST_END", "INFER_RESPONSE_COMPLETE", "HTTP_SEND_START"))

@@ -135,7 +135,7 @@ class HttpFrontend:
     def dispatch(self, request: HttpRequest) -> Awaitable[HttpResponse] | HttpResponse | DeferredResponse:
         """What the HTTP server calls: `handle`, except that an infer request to a batched model is answered
         by callback (a DeferredResponse) where nothing on its way needs a coroutine."""
-        if request.method == "POST" and not self._restricted and not self._tracer.active:
+        if request.method == "POST" and not self._restricted:
             path = request.path
             if path.endswith("/infer") and path.startswith("/v2/models/"):
                 match = _MODEL_ROUTE.fullmatch(path)
@@ -346,8 +346,9 @@ class HttpFrontend:
     def _infer_now(
         self, name: str, version: str, request: HttpRequest
     ) -> Awaitable[HttpResponse] | HttpResponse | DeferredResponse:
-        """The common infer request (uncompressed, binary or JSON tensors in a body of modest size, not
-        traced) decoded and queued at once; a model that cannot queue it so takes the awaited path."""
+        """The common infer request (uncompressed, binary or JSON tensors in a body of modest size) decoded
+        and queued at once; a model that cannot queue it so takes the awaited path. The connection writes
+        a traced request's send times and closes its trace."""
         headers = request.headers
         body = request.body
         if "content-encoding" in headers or "accept-encoding" in headers:
@@ -362,6 +363,8 @@ class HttpFrontend:
             infer_request = decode_infer_request(body, header_length, name, version)
             if self._forwarding is not None:
                 self._forwarding.add_parameters(headers.items(), infer_request.parameters)
+            if request.recv_start:  # tracing is on
+                infer_request.trace = self._sample(name, request)
             queued = self._engine.infer_queued(infer_request)
         except Exception as exc:
             return _error_reply(exc, request)
@@ -371,7 +374,7 @@ class HttpFrontend:
 
     async def _run_decoded(self, infer_request: InferRequest, request: HttpRequest) -> HttpResponse:
         try:
-            return await self._run_infer(infer_request, request.headers, None)
+            return await self._run_infer(infer_request, request.headers, infer_request.trace)
         except Exception as exc:
             return _error_reply(exc, request)
 
@@ -403,6 +406,8 @@ class _InferReply(DeferredResponse):
         if isinstance(result, BaseException):
             callback(_error_reply(result, self._request))
             return
+        if self._infer_request.trace is not None:
+            self._infer_request.trace.now(INFER_RESPONSE_COMPLETE)
         try:
             payload, json_length = encode_infer_response(result, self._infer_request)
         except Exception as exc:

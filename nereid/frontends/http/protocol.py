@@ -252,6 +252,7 @@ class _Connection(asyncio.Protocol):
         self._answering = False
         self._task: asyncio.Task[None] | None = None  # the request in flight, to cancel if the client leaves
         self._deferred: DeferredResponse | None = None  # or the response it waits for, to cancel likewise
+        self._deferred_trace: RequestTrace | None = None  # and that response's trace, if it is traced
         self._reading_paused = False
         self._writing_paused = False
         self.closing = False
@@ -472,9 +473,10 @@ class _Connection(asyncio.Protocol):
             log.exception("unexpected error answering %s %s", request.method, request.path)
             reply = self._server._error_response(500, "internal error")
         if type(reply) is HttpResponse and reply.stream is None:
-            self._reply(reply, keep_alive)
+            self._reply(reply, keep_alive, request.trace)
         elif isinstance(reply, DeferredResponse):
             self._deferred = reply
+            self._deferred_trace = request.trace
             reply.then(partial(self._deferred_reply, reply, keep_alive))
         else:
             task = _start(self._loop, self._answer(reply, request, keep_alive), self._context.copy())
@@ -484,17 +486,28 @@ class _Connection(asyncio.Protocol):
     def _deferred_reply(self, deferred: DeferredResponse, keep_alive: bool, response: HttpResponse) -> None:
         if deferred is self._deferred:  # not dropped meanwhile
             self._deferred = None
-            self._reply(response, keep_alive)
+            trace, self._deferred_trace = self._deferred_trace, None
+            self._reply(response, keep_alive, trace)
 
     def _drop_deferred(self) -> None:
         deferred, self._deferred = self._deferred, None
         if deferred is not None:
             deferred.cancel()
+            trace, self._deferred_trace = self._deferred_trace, None
+            if trace is not None:  # cancelled: the trace is complete
+                trace.close()
             self._finish()
 
-    def _reply(self, response: HttpResponse, keep_alive: bool) -> None:
-        """Write a response that is whole, then go on with the connection."""
-        self._write(response, keep_alive and not self.closing)
+    def _reply(self, response: HttpResponse, keep_alive: bool, trace: RequestTrace | None = None) -> None:
+        """Write a response that is whole (recording its send times and closing its trace, if traced), then
+        go on with the connection."""
+        if trace is None:
+            self._write(response, keep_alive and not self.closing)
+        else:
+            trace.now(HTTP_SEND_START)
+            self._write(response, keep_alive and not self.closing)
+            trace.now(HTTP_SEND_END)
+            trace.close()
         self._finish()
         self._next(keep_alive)
 
