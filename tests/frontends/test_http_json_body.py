@@ -21,6 +21,10 @@ def _nested(depth: int, inner: str) -> str:
 
 
 def test_documents_deeper_than_orjson_reads_are_read() -> None:
+    if not json_body.DEEP_READS:  # before 3.11 the deep read could overflow the C stack: refused instead
+        with pytest.raises(orjson.JSONDecodeError, match="depth limit exceeded"):
+            json_body.loads(_nested(5000, "true").encode())
+        return
     value = json_body.loads(('{"ready":' + _nested(5000, "true") + "}").encode())
     depth, item = 0, value["ready"]
     while isinstance(item, list):
@@ -28,6 +32,7 @@ def test_documents_deeper_than_orjson_reads_are_read() -> None:
     assert (depth, item) == (5000, True)
 
 
+@pytest.mark.skipif(not json_body.DEEP_READS, reason="before Python 3.11 deep documents are refused whole")
 def test_deep_documents_report_errors_as_orjson_does() -> None:
     with pytest.raises(orjson.JSONDecodeError, match="line 1 column"):
         json_body.loads(("[" * 2000 + "]" * 1999).encode())
@@ -60,6 +65,9 @@ def _infer_body(**input_fields: object) -> bytes:
 
 def test_a_deep_ready_is_refused_as_not_a_boolean(app: HttpFrontend) -> None:
     body = ('{"ready":' + _nested(250_000, "true") + "}").encode()
+    if not json_body.DEEP_READS:  # refused by the JSON reader, without a crash
+        assert _post(app, "/v2/repository/index", body)[0] == 500
+        return
     assert _post(app, "/v2/repository/index", body) == (400, "Invalid value for 'ready': expected a boolean")
 
 
@@ -67,6 +75,9 @@ def test_deep_tensor_data_is_refused_by_the_nesting_bound(app: HttpFrontend) -> 
     data = _nested(3000, "1")
     body = _infer_body(data=[]).replace(b'"data":[]', f'"data":{data}'.encode(), 1)
     status, error = _post(app, "/v2/models/simple/infer", body)
+    if not json_body.DEEP_READS:  # refused by the JSON reader, without a crash
+        assert status == 500
+        return
     assert status == 400 and error.startswith("JSON nesting depth exceeds maximum allowed limit (100)")
 
 

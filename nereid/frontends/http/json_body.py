@@ -4,7 +4,9 @@ orjson refuses documents nested deeper than 1024 levels; Triton's reader has no 
 value reaches the check of the member that holds it (a `ready` that is not a boolean, a tensor's 'data'
 past 100 levels...) and is refused with that member's error. For those rare documents only, the standard
 library's pure-Python decoder reads the body: its recursion is made of Python frames, which live on the
-heap, so the recursion limit may be raised for it without risk to the thread's stack.
+heap, so the recursion limit may be raised for it without risk to the thread's stack. Before Python 3.11
+each of those calls also took C stack, and a deep enough document would overflow it and crash the
+server: there orjson's bound stands, and a deeper document is refused as JSON the reader cannot read.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import orjson
 MAX_DEEP_BRACKETS = 1 << 18
 
 _DEPTH_ERROR = "depth limit exceeded"
+DEEP_READS = sys.version_info >= (3, 11)  # Python frames off the C stack (see above)
 _decoder = json.JSONDecoder()
 _decoder.scan_once = json.scanner.py_make_scanner(_decoder)  # type: ignore[attr-defined]
 _limit_lock = threading.Lock()  # the recursion limit is the process's: one deep read at a time
@@ -32,7 +35,7 @@ def loads(body: bytes | str) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        if not str(exc).startswith(_DEPTH_ERROR):
+        if not DEEP_READS or not str(exc).startswith(_DEPTH_ERROR):
             raise
     return _deep_loads(body)
 
