@@ -31,7 +31,6 @@ NOT_YET_SUPPORTED = (
     "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size",
     "--repoagent-directory",
-    "--model-namespacing",
     "--min-supported-compute-capability",
     "--buffer-manager-thread-count",
     "--host-policy",
@@ -176,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="COUNT",
         help="how many more times a model that fails to load is tried",
+    )
+    p.add_argument(
+        "--model-namespacing",
+        type=_bool,
+        default=False,
+        metavar="BOOL",
+        help="know each model by its repository and name, so that repositories may share model names",
     )
     p.add_argument("--strict-readiness", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-on-error", type=_bool, default=True, metavar="BOOL")
@@ -396,6 +402,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         default_max_batch_size=default_max_batch_size,
         model_load_thread_count=args.model_load_thread_count,
         model_load_retry_count=max(0, args.model_load_retry_count),
+        model_namespacing=args.model_namespacing,
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,

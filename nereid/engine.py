@@ -106,7 +106,7 @@ class Engine:
 
     # inference
     async def infer(self, request: InferRequest) -> InferResponse:
-        model = self.models.get(request.model_name, request.model_version)
+        model = self.models.get(request.model_name, request.model_version, request.model_namespace)
         if model.decoupled:
             raise DecoupledModel()
         # As in Triton, the shared-memory regions a request names are held until it is answered: an
@@ -143,7 +143,7 @@ class Engine:
         return infer_response(model, request, outputs, getattr(results, "parameters", None))
 
     def infer_queued(self, request: InferRequest) -> QueuedBatcherInfer | None:
-        model = self.models.get(request.model_name, request.model_version)
+        model = self.models.get(request.model_name, request.model_version, request.model_namespace)
         batcher = model.scheduler
         if (
             type(batcher) is not DynamicBatcher
@@ -157,7 +157,7 @@ class Engine:
 
     async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
         """Any number of responses (decoupled models, see nereid.streaming); one, final, for the others."""
-        model = self.models.get(request.model_name, request.model_version)
+        model = self.models.get(request.model_name, request.model_version, request.model_namespace)
         if not model.decoupled:
             yield StreamEvent(await self.infer(request))
             return

@@ -198,6 +198,8 @@ class ServerSettings:
     default_max_batch_size: int = 4
     model_load_thread_count: int = 4
     model_load_retry_count: int = 0  # how many times a model that failed to load is tried again
+    # --model-namespacing: a model is known by its repository and name, so a name may repeat across them
+    model_namespacing: bool = False
     # lifecycle
     strict_readiness: bool = True
     exit_on_error: bool = True

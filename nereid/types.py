@@ -60,6 +60,8 @@ class InferRequest:
     priority: int = 0  # 0: the model's default priority level
     timeout_us: int = 0  # 0: none
     trace: RequestTrace | None = None  # the request is traced (sampled by its frontend, or a traced child)
+    # The repository an ensemble's step prefers its model from (--model-namespacing); "" for the others.
+    model_namespace: str = ""
 
     def shared_memory_regions(self) -> list[str]:
         """The registered regions this request reads inputs from or writes outputs into."""

@@ -4,7 +4,8 @@ ModelVersion per version folder with an EnsembleScheduler. Texts of the checks a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -235,42 +236,45 @@ def order_for_loading(
     sources: list[ModelSource], settings: ServerSettings
 ) -> tuple[list[ModelSource], list[ModelSource]]:
     """The sources split into other models and ensembles, the ensembles ordered so that one calling
-    another comes after it (those in a cycle come last, and fail for want of each other)."""
+    another comes after it (those in a cycle come last, and fail for want of each other). With
+    namespacing an ensemble name may repeat: a step waits for every ensemble of its model's name."""
     plain: list[ModelSource] = []
-    members: dict[str, frozenset[str]] = {}
-    by_name: dict[str, ModelSource] = {}
+    members: dict[str, frozenset[str]] = {}  # by source key
+    by_key: dict[str, ModelSource] = {}
     for source in sources:
         found = source_ensemble_members(source, settings)
         if found is None:
             plain.append(source)
         else:
-            members[source.name] = found
-            by_name[source.name] = source
+            members[source.key] = found
+            by_key[source.key] = source
     ordered: list[ModelSource] = []
     placed: set[str] = set()
+    unplaced = Counter(source.name for source in by_key.values())  # ensemble name -> how many to place
     while len(placed) < len(members):
-        ready = [
-            n
-            for n in sorted(members)
-            if n not in placed and all(m in placed or m not in members for m in members[n])
-        ]
+        ready = [k for k in sorted(members) if k not in placed and all(not unplaced[m] for m in members[k])]
         if not ready:  # a cycle: load the rest as they come
-            ready = [n for n in sorted(members) if n not in placed]
-        for name in ready:
-            placed.add(name)
-            ordered.append(by_name[name])
+            ready = [k for k in sorted(members) if k not in placed]
+        for key in ready:
+            placed.add(key)
+            unplaced[by_key[key].name] -= 1
+            ordered.append(by_key[key])
     return plain, ordered
 
 
 def with_ensemble_members(
-    names: list[str], sources: Mapping[str, ModelSource], settings: ServerSettings
+    names: list[str], sources: Iterable[ModelSource], settings: ServerSettings
 ) -> list[str]:
-    """`names` and, for the ensembles among them, the models their steps call, transitively."""
+    """`names` and, for the ensembles among them, the models their steps call, transitively (the steps
+    of every ensemble of that name, which namespacing allows in several repositories)."""
+    by_name: dict[str, list[ModelSource]] = {}
+    for source in sources:
+        by_name.setdefault(source.name, []).append(source)
     result = list(names)
     index = 0
     while index < len(result):
-        source = sources.get(result[index])
-        members = source_ensemble_members(source, settings) if source is not None else None
-        result.extend(sorted(m for m in members or () if m not in result))
+        for source in by_name.get(result[index], ()):
+            members = source_ensemble_members(source, settings)
+            result.extend(sorted(m for m in members or () if m not in result))
         index += 1
     return result

@@ -8,6 +8,7 @@ reload that fails leaves the serving versions alone.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import os
 import re
@@ -27,7 +28,7 @@ from nereid.repository.ensemble import order_for_loading, source_ensemble_member
 from nereid.repository.loader import LoadResult, load_model
 from nereid.repository.model import ModelVersion
 from nereid.repository.remote import RepositoryMirror
-from nereid.repository.scan import ModelSource, discover, tree_fingerprint
+from nereid.repository.scan import ModelSource, discover, model_key, tree_fingerprint
 from nereid.repository.uploads import check_model_name, remove_model_folder, write_model_folder
 from nereid.scheduling.ensemble import EnsembleMembers
 from nereid.scheduling.rate_limiter import RateLimiter
@@ -136,11 +137,15 @@ class ModelManager:
         """Models of the local roots and of the mirrors; a mirrored model by its download folder, so that
         its versions keep reading the files they loaded from when a newer download is swapped in."""
         mirrors = {mirror.root for mirror in self._mirrors}
-        sources = discover([*self._settings.model_repositories, *mirrors])
+        sources = discover([*self._settings.model_repositories, *mirrors], self._settings.model_namespacing)
         return {
-            name: replace(source, path=source.path.resolve()) if source.path.parent in mirrors else source
-            for name, source in sources.items()
+            key: replace(source, path=source.path.resolve()) if source.path.parent in mirrors else source
+            for key, source in sources.items()
         }
+
+    def _discover_named(self, name: str) -> list[ModelSource]:
+        """The folders of the model `name`: one, or with namespacing one per repository that has it."""
+        return [source for source in self._discover().values() if source.name == name]
 
     def _load_at_start(self, names: Iterable[str]) -> None:
         wanted = list(dict.fromkeys(names))
@@ -148,16 +153,19 @@ class ModelManager:
             self.load_all()
             return
         sources = self._discover()
-        wanted = with_ensemble_members(wanted, sources, self._settings)  # Triton loads them too
+        wanted = with_ensemble_members(wanted, sources.values(), self._settings)  # Triton loads them too
+        named: dict[str, list[ModelSource]] = {}
+        for source in sources.values():
+            named.setdefault(source.name, []).append(source)
         for name in wanted:
-            if name not in sources:
+            if name not in named:
                 self._models[name] = _ModelEntry(name, failures={None: _no_folder(name)})
                 log.error(
                     "failed to load '%s': model not found in any model repository (%s)",
                     name,
                     _no_folder(name),
                 )
-        self._load_sources([sources[name] for name in wanted if name in sources])
+        self._load_sources([source for name in wanted for source in named.get(name, ())])
 
     def _load_sources(self, sources: list[ModelSource]) -> None:
         # As Triton does: ensembles after every other model, one at a time, each after those it calls.
@@ -168,7 +176,7 @@ class ModelManager:
         for source, result in results:
             self._register_loaded(source, result)
         for source in ensembles:
-            self._register_loaded(source, self._load_model(source, members=self.members))
+            self._register_loaded(source, self._load_model(source, members=self._members_for(source)))
 
     def _load_model(
         self,
@@ -206,15 +214,15 @@ class ModelManager:
             log.error(
                 "failed to poll model '%s' from the model repository: %s", result.name, result.poll_failure
             )
-            self._polled[result.name] = _poll_fingerprint(source)
+            self._polled[source.key] = _poll_fingerprint(source)
             return
         _log_failures(result)
-        self._models[result.name] = _ModelEntry(
+        self._models[source.key] = _ModelEntry(
             result.name, result.versions, result.failures, result.withdrawn
         )
-        self._polled[result.name] = _poll_fingerprint(source)
+        self._polled[source.key] = _poll_fingerprint(source)
         if result.members is not None:
-            self._ensembles[result.name] = result.members
+            self._ensembles[source.key] = result.members
 
     def stop(self) -> None:
         self._stopping.set()
@@ -258,97 +266,120 @@ class ModelManager:
             raise PollFailed(
                 name, "file parameters need a 'config' parameter too (the model's configuration as JSON)"
             )
-        with self._model_lock(name):
-            uploaded = write_model_folder(name, files) if files else None
-            source = ModelSource(name, uploaded) if uploaded else self._repository_source(name)
-            if config is None and not files:
-                # As in Triton, a configuration given once stays until unloaded, or until the model's own
-                # config.pbtxt is written after it.
-                kept = self._overrides.get(name)
-                if kept is not None and not _written_since(source.path / "config.pbtxt", kept[1]):
-                    config = kept[0]
-            if source.duplicate_of is not None:  # explicit mode: the versions serving now keep serving
-                raise PollFailed(name, "model appears in two or more repositories")
-            current = self._models.get(name)
-            # Versions can be kept through a reload only if their files stay where they are.
-            reusable = current.versions if current is not None and current.uploaded == uploaded else None
-            self._transitions[name] = ModelState.LOADING
-            try:
-                result = self._load_model(source, config, reusable, self.members)
-            except BaseException:
-                if uploaded is not None:
-                    remove_model_folder(uploaded)
-                raise
-            finally:
-                del self._transitions[name]
-            if result.poll_failure is not None:
-                raise PollFailed(name, result.poll_failure)
-            _log_failures(result)
-            # An ensemble failing its checks against members as they are now cannot keep serving either.
-            keep_serving = result.members is None or None not in result.failures
-            if result.failures and current is not None and current.versions and keep_serving:
-                self._discard(result, keep=current.versions.values())
-                if uploaded is not None:
-                    remove_model_folder(uploaded)
-                raise InvalidArgument(
-                    _load_failed(name, result) + "; the versions already loaded keep serving"
-                )
-            # Versions served before and not now stay known as unloaded, as in Triton ("not at ready state").
-            earlier = set(current.versions) | set(current.unloaded) if current is not None else set()
-            unloaded = (earlier | set(result.withdrawn)) - set(result.versions) - set(result.failures)
-            self._models[name] = _ModelEntry(
-                name, result.versions, result.failures, tuple(sorted(unloaded)), uploaded=uploaded
-            )
-            self._cascaded.discard(name)
-            if result.members is not None:
-                self._ensembles[name] = result.members
-            if current is not None:
-                self._retire(current, keep=result.versions.values())
-            if result.failures:
-                raise InvalidArgument(_load_failed(name, result))
-            if config is not None and not files:
-                self._overrides[name] = (config, time.time())
+        with self._model_lock(name):  # one lock per name: with namespacing, for all its repositories
+            if files:
+                uploaded = write_model_folder(name, files)
+                self._load_source(ModelSource(name, uploaded), config, uploaded)
+                return
+            failed: NereidError | None = None
+            for source in self._repository_sources(name):  # namespacing: each repository's model `name`
+                try:
+                    self._load_source(source, config, None)
+                except NereidError as exc:
+                    failed = failed or exc
+            if failed is not None:
+                raise failed
 
-    def unload(self, name: str, unload_dependents: bool = False) -> None:
+    def _load_source(self, source: ModelSource, config: str | None, uploaded: Path | None) -> None:
+        """Load or reload one model folder: one in a repository, or the private one of an upload."""
+        name, key, files = source.name, source.key, uploaded is not None
+        if config is None and not files:
+            # As in Triton, a configuration given once stays until unloaded, or until the model's own
+            # config.pbtxt is written after it.
+            kept = self._overrides.get(key)
+            if kept is not None and not _written_since(source.path / "config.pbtxt", kept[1]):
+                config = kept[0]
+        if source.duplicate_of is not None:  # explicit mode: the versions serving now keep serving
+            raise PollFailed(name, "model appears in two or more repositories")
+        current = self._models.get(key)
+        # Versions can be kept through a reload only if their files stay where they are.
+        reusable = current.versions if current is not None and current.uploaded == uploaded else None
+        self._transitions[key] = ModelState.LOADING
+        try:
+            result = self._load_model(source, config, reusable, self._members_for(source))
+        except BaseException:
+            if uploaded is not None:
+                remove_model_folder(uploaded)
+            raise
+        finally:
+            del self._transitions[key]
+        if result.poll_failure is not None:
+            raise PollFailed(name, result.poll_failure)
+        _log_failures(result)
+        # An ensemble failing its checks against members as they are now cannot keep serving either.
+        keep_serving = result.members is None or None not in result.failures
+        if result.failures and current is not None and current.versions and keep_serving:
+            self._discard(result, keep=current.versions.values())
+            if uploaded is not None:
+                remove_model_folder(uploaded)
+            raise InvalidArgument(_load_failed(name, result) + "; the versions already loaded keep serving")
+        # Versions served before and not now stay known as unloaded, as in Triton ("not at ready state").
+        earlier = set(current.versions) | set(current.unloaded) if current is not None else set()
+        unloaded = (earlier | set(result.withdrawn)) - set(result.versions) - set(result.failures)
+        self._models[key] = _ModelEntry(
+            name, result.versions, result.failures, tuple(sorted(unloaded)), uploaded=uploaded
+        )
+        self._cascaded.discard(name)
+        if result.members is not None:
+            self._ensembles[key] = result.members
+        if current is not None:
+            self._retire(current, keep=result.versions.values())
+        if result.failures:
+            raise InvalidArgument(_load_failed(name, result))
+        if config is not None and not files:
+            self._overrides[key] = (config, time.time())
+
+    def unload(self, name: str, unload_dependents: bool = False, keys: Iterable[str] | None = None) -> None:
         """Stop serving `name` once the requests it holds are answered. Unknown names are not an error.
         Ensembles that call it are unloaded too, and come back when it loads again (as in Triton). With
-        `unload_dependents`, an ensemble's composing models go too, unless another ensemble calls them."""
+        `unload_dependents`, an ensemble's composing models go too, unless another ensemble calls them.
+        `keys`: only those of its folders (with namespacing, the one removed from its repository)."""
         chain = self._chain_set()
         if name in chain:
             return
         chain.add(name)
         self._cascaded.discard(name)  # unloaded on purpose: it does not come back with its members
         try:
-            self._unload(name)
+            keys = self._unload(name, keys)
             for ensemble in self._dependents(name):
                 entry = self._models.get(ensemble)
                 if entry is not None and entry.versions:
-                    self.unload(ensemble)
-                    self._cascaded.add(ensemble)
+                    self.unload(entry.name, keys=[ensemble])
+                    self._cascaded.add(entry.name)
             if unload_dependents:
-                for member in sorted(self._ensembles.get(name, ())):
+                for member in sorted({m for key in keys for m in self._ensembles.get(key, ())}):
                     if not any(self._loaded_ensemble(e) for e in self._dependents(member)):
                         self.unload(member, unload_dependents=True)
         finally:
             chain.discard(name)
 
-    def _loaded_ensemble(self, name: str) -> bool:
-        entry = self._models.get(name)
+    def _loaded_ensemble(self, key: str) -> bool:
+        entry = self._models.get(key)
         return entry is not None and bool(entry.versions)
 
-    def _unload(self, name: str) -> None:
+    def _unload(self, name: str, keys: Iterable[str] | None) -> list[str]:
+        """Unload the folders `keys` of `name` (all of them if None); returns the keys it looked at."""
         self._wait_unpinned(name)
-        self._overrides.pop(name, None)
         with self._model_lock(name):
-            current = self._models.get(name)
-            if current is None or not current.versions:
-                return
-            self._transitions[name] = ModelState.UNLOADING
-            try:
-                self._models[name] = _ModelEntry(name, unloaded=tuple(sorted(current.versions)))
-                self._retire(current, keep=())
-            finally:
-                del self._transitions[name]
+            keys = self._keys(name) if keys is None else list(keys)
+            for key in keys:
+                self._overrides.pop(key, None)
+                current = self._models.get(key)
+                if current is None or not current.versions:
+                    continue
+                self._transitions[key] = ModelState.UNLOADING
+                try:
+                    self._models[key] = _ModelEntry(name, unloaded=tuple(sorted(current.versions)))
+                    self._retire(current, keep=())
+                finally:
+                    del self._transitions[key]
+        return keys
+
+    def _keys(self, name: str) -> list[str]:
+        """The keys of the known models named `name`: with namespacing, one per repository that has it."""
+        if not self._settings.model_namespacing:
+            return [name] if name in self._models else []
+        return sorted(key for key, entry in list(self._models.items()) if entry.name == name)
 
     # ensembles and the models they call
     def _chain_set(self) -> set[str]:
@@ -358,20 +389,38 @@ class ModelManager:
         return chain
 
     def _dependents(self, name: str) -> list[str]:
-        return sorted(e for e, members in list(self._ensembles.items()) if name in members and e != name)
+        """The keys of the ensembles whose steps call a model named `name` (in any repository)."""
+        return sorted(
+            e for e, members in list(self._ensembles.items()) if name in members and self._name_of(e) != name
+        )
+
+    def _name_of(self, key: str) -> str:
+        entry = self._models.get(key)
+        return entry.name if entry is not None else key
 
     def _members_to_load_first(self, name: str, files: dict[str, bytes] | None) -> list[str]:
         """An ensemble's composing models, which explicit mode loads with it; none otherwise."""
         if self.control_mode != "explicit" or files:
             return []
-        source = self._discover().get(name)
-        members = source_ensemble_members(source, self._settings) if source is not None else None
-        return sorted(members or ())
+        members: set[str] = set()
+        for source in self._discover_named(name):
+            members.update(source_ensemble_members(source, self._settings) or ())
+        return sorted(members)
+
+    def _members_for(self, source: ModelSource) -> EnsembleMembers:
+        """What an ensemble in `source` calls: with namespacing, its steps prefer its own repository."""
+        if not source.namespace:
+            return self.members
+        lookup = functools.partial(self.get, namespace=source.namespace)
+        return EnsembleMembers(lookup, self._server, source.namespace)
 
     def _load_member(self, member: str) -> None:
-        entry = self._models.get(member)
-        if entry is not None and entry.versions:
-            return
+        loaded = {key for key in self._keys(member) if self._models[key].versions}
+        if loaded and (
+            not self._settings.model_namespacing
+            or all(source.key in loaded for source in self._discover_named(member))
+        ):
+            return  # with namespacing: loaded from every repository that has it
         try:
             self.load(member)
         except (InvalidArgument, NotFound, Unavailable, PollFailed):
@@ -400,10 +449,11 @@ class ModelManager:
             self._pins_changed.wait_for(lambda: self._pinned[name] <= own)
 
     def _reload_dependents(self, name: str) -> None:
-        for ensemble in self._dependents(name):
-            entry = self._models.get(ensemble)
-            if entry is None or not (entry.versions or entry.failures or ensemble in self._cascaded):
+        for key in self._dependents(name):
+            entry = self._models.get(key)
+            if entry is None or not (entry.versions or entry.failures or entry.name in self._cascaded):
                 continue  # unloaded on purpose, or never asked for
+            ensemble = entry.name
             if ensemble in self._chain_set():
                 continue
             try:
@@ -411,13 +461,14 @@ class ModelManager:
             except (InvalidArgument, NotFound, Unavailable, PollFailed):
                 pass  # logged, and shown in the repository index
 
-    def _repository_source(self, name: str) -> ModelSource:
+    def _repository_sources(self, name: str) -> list[ModelSource]:
+        """The folders of `name` as they are now: one, or with namespacing one per repository."""
         for mirror in self._mirrors:  # as Triton: a load reads the model from the bucket as it is now
             mirror.sync(only=name)
-        source = self._discover().get(name)
-        if source is None:
+        sources = self._discover_named(name)
+        if not sources:
             raise PollFailed(name, _no_folder(name))
-        return source
+        return sources
 
     def _retire(self, entry: _ModelEntry, keep: Iterable[ModelVersion]) -> None:
         kept = {id(model) for model in keep}
@@ -455,32 +506,34 @@ class ModelManager:
             except NereidError as exc:  # the bucket cannot be read now: keep serving what was mirrored
                 log.error("cannot poll %s: %s", mirror.url, exc.message)
         sources = self._discover()
-        for name, source in sources.items():
+        for key, source in sources.items():
             if self._stopping.is_set():
                 return
             fingerprint = _poll_fingerprint(source)
-            if self._polled.get(name) == fingerprint:
+            if self._polled.get(key) == fingerprint:
                 continue
             # Remember the attempt even if it fails: a half-written folder changes again when complete.
-            self._polled[name] = fingerprint
+            self._polled[key] = fingerprint
             if source.duplicate_of is not None:
-                self._take_down_duplicate(name)
+                self._take_down_duplicate(source.name)
                 continue
-            log.info("model '%s' changed on disk: loading it", name)
+            log.info("model '%s' changed on disk: loading it", source.name)
             try:
-                self.load(name)
+                self.load(source.name)
             except (InvalidArgument, NotFound, Unavailable, PollFailed) as exc:
                 log.error("%s", exc.message)
-        for name in [n for n in self._models if n not in sources]:
-            entry = self._models.get(name)
+        for key in [k for k in self._models if k not in sources]:
+            entry = self._models.get(key)
             if entry is None or entry.uploaded is not None:
                 continue
-            self._polled.pop(name, None)
+            self._polled.pop(key, None)
             if entry.versions:
-                log.info("model '%s' was removed from the repository: unloading it", name)
-                self.unload(name)
+                log.info("model '%s' was removed from the repository: unloading it", entry.name)
+                self.unload(entry.name, keys=[key])
+                if self._settings.model_namespacing:  # the ensembles it served may call a namesake now
+                    self._reload_dependents(entry.name)
             elif not entry.unloaded:  # an unloaded model stays known, as in Triton: "no available versions"
-                self._models.pop(name, None)
+                self._models.pop(key, None)
 
     def _take_down_duplicate(self, name: str) -> None:
         """Poll mode: a model that now appears in a second repository stops serving, as in Triton, which
@@ -489,9 +542,10 @@ class ModelManager:
         self.unload(name)
 
     # lookups for the serving path
-    def get(self, name: str, version: str = "") -> ModelVersion:
-        """The version to serve: the asked one, or the highest loaded (Triton's default)."""
-        entry = self._models.get(name)
+    def get(self, name: str, version: str = "", namespace: str = "") -> ModelVersion:
+        """The version to serve: the asked one, or the highest loaded (Triton's default). `namespace`: the
+        repository whose model of that name an ensemble step prefers (--model-namespacing)."""
+        key, entry = self._find(name, namespace)
         if entry is None:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         if version:
@@ -506,20 +560,41 @@ class ModelManager:
             return model
         versions = entry.versions
         if not versions:
-            if None in entry.failures and name in self._ensembles:
+            if None in entry.failures and key in self._ensembles:
                 # Triton never registers an ensemble that fails its checks (the index gives the reason).
                 raise NotFound(f"Request for unknown model: '{name}' is not found")
             raise NotFound(f"Request for unknown model: '{name}' has no available versions")
         return versions[max(versions)]
 
+    def _find(self, name: str, namespace: str = "") -> tuple[str, _ModelEntry | None]:
+        """The model a request names, and its key. With namespacing a name served from several
+        repositories is refused as ambiguous (Triton's words), unless `namespace` has it."""
+        if not self._settings.model_namespacing:
+            return name, self._models.get(name)
+        if namespace:
+            key = model_key(namespace, name)
+            preferred = self._models.get(key)
+            if preferred is not None and (preferred.versions or preferred.failures):
+                return key, preferred
+        named = [(key, self._models[key]) for key in self._keys(name)]
+        # One unloaded, or removed from its repository, does not make the name ambiguous.
+        live = [(key, entry) for key, entry in named if entry.versions or entry.failures]
+        if len(live) > 1:
+            raise InvalidArgument(
+                f"There are {len(live)} identifiers of model '{name}' in global map, model namespace must "
+                "be provided to resolve ambiguity."
+            )
+        return (live or named or [(name, None)])[0]
+
     def loaded(self, name: str | None = None) -> list[ModelVersion]:
         """Serving versions of every model (or of `name`, which must exist), by name then version."""
         if name is not None:
-            entry = self._models.get(name)
+            _, entry = self._find(name)
             if entry is None or not entry.versions:
                 raise InvalidArgument(f"requested model '{name}' is not available")
             return [entry.versions[v] for v in sorted(entry.versions)]
-        return [e.versions[v] for n, e in sorted(list(self._models.items())) for v in sorted(e.versions)]
+        entries = sorted(list(self._models.items()), key=lambda item: (item[1].name, item[0]))
+        return [e.versions[v] for _, e in entries for v in sorted(e.versions)]
 
     def get_for_statistics(self, name: str, version: str) -> ModelVersion:
         """One version for the statistics extension, refused with Triton's texts."""
@@ -547,13 +622,14 @@ class ModelManager:
 
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """Repository index rows as Triton writes them: READY rows carry no reason."""
-        names = set(self._models)
+        # by key: with namespacing a name has a row for each repository that has it
+        names = {key: entry.name for key, entry in list(self._models.items())}
         if not ready_only:
-            names.update(self._discover())
+            names.update({key: s.name for key, s in self._discover().items() if key not in names})
         rows: list[dict[str, Any]] = []
-        for name in sorted(names):
-            entry = self._models.get(name)
-            transition = self._transitions.get(name)
+        for key, name in sorted(names.items(), key=lambda item: (item[1], item[0])):
+            entry = self._models.get(key)
+            transition = self._transitions.get(key)
             if entry is None or (transition is ModelState.LOADING and not entry.versions):
                 if transition is not None:
                     rows.append({"name": name, "state": transition.value})

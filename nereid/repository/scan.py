@@ -15,21 +15,38 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ModelSource:
-    """A model folder found in a repository; `duplicate_of` names a second root holding the same name."""
+    """A model folder found in a repository; `duplicate_of` names a second root holding the same name.
+    `namespace` is its repository with --model-namespacing (names may then repeat across repositories),
+    else ""."""
 
     name: str
     path: Path
     duplicate_of: Path | None = None
+    namespace: str = ""
+
+    @property
+    def key(self) -> str:
+        """What the model manager knows the model by: its name, or its folder when namespaced."""
+        return model_key(self.namespace, self.name)
 
 
-def discover(roots: list[Path]) -> dict[str, ModelSource]:
-    """Every model folder of every root. A name in two roots is kept, marked, so that only it fails."""
+def model_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name
+
+
+def discover(roots: list[Path], namespacing: bool = False) -> dict[str, ModelSource]:
+    """Every model folder of every root, by key. Without namespacing a name in two roots is kept,
+    marked, so that only it fails; with it, each root is a namespace of its own."""
     found: dict[str, ModelSource] = {}
     for root in roots:
         if not root.is_dir():  # reported once at start-up (the server then failed to initialize)
             continue
         for entry in sorted(root.iterdir()):
             if not entry.is_dir() or entry.name.startswith("."):
+                continue
+            if namespacing:
+                source = ModelSource(entry.name, entry, namespace=str(root))
+                found[source.key] = source
                 continue
             if entry.name in found:
                 found[entry.name] = ModelSource(entry.name, found[entry.name].path, duplicate_of=entry)

@@ -44,10 +44,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EnsembleMembers:
     """How ensembles reach their composing models: `lookup` (the model manager's) finds a loaded
-    version, `server` (the engine, given to the model manager when it starts) runs a request."""
+    version, `server` (the engine, given to the model manager when it starts) runs a request.
+    `namespace`: the ensemble's repository, whose models its steps prefer (--model-namespacing)."""
 
     lookup: Callable[[str, str], ModelVersion]
     server: ModelServices | None = None
+    namespace: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +245,7 @@ class EnsembleScheduler:
         server = self._server()
         slot = self._slot(step)
         started = time.perf_counter_ns()
-        member = self._member_request(step, tensors, batches, request)
+        member = self._member_request(step, tensors, batches, request, self._members.namespace)
         events = server.infer_stream(member)
         try:
             async for event in events:
@@ -303,7 +305,7 @@ class EnsembleScheduler:
     ) -> InferResponse:
         server = self._server()
         started = time.perf_counter_ns()
-        member = self._member_request(step, tensors, batches, request)
+        member = self._member_request(step, tensors, batches, request, self._members.namespace)
         try:
             return await server.infer(member)
         except NereidError as exc:
@@ -332,6 +334,7 @@ class EnsembleScheduler:
         tensors: Mapping[str, np.ndarray],
         batches: Mapping[str, int],
         request: BackendRequest,
+        namespace: str = "",
     ) -> InferRequest:
         inputs = []
         for name, tensor in step.input_map.items():
@@ -356,6 +359,7 @@ class EnsembleScheduler:
             request.flags,
             request.priority,
             request.timeout_us,
+            model_namespace=namespace,
         )
         if request.trace is not None:  # each step is traced as a child of the ensemble's request
             member.trace = request.trace.child()

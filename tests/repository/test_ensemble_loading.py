@@ -121,9 +121,9 @@ def test_unloading_a_member_waits_for_the_ensemble_that_loads_it(tmp_path: Path,
         unloading.join(1.0)  # an unload that does not wait would be done by now
         return original_load(source, *args, **kwargs)
 
-    def unload(name: str) -> None:
+    def unload(name: str, keys: object) -> list[str]:
         unload_called.set()
-        original_unload(name)
+        return original_unload(name, keys)  # type: ignore[arg-type]
 
     monkeypatch.setattr(manager_module, "load_model", load_model)
     monkeypatch.setattr(manager, "_unload", unload)
