@@ -142,6 +142,13 @@ def test_model_control_flags() -> None:
     assert warnings == ["--load-model has no effect unless --model-control-mode=explicit"]
 
 
+def test_model_namespacing_flag() -> None:
+    settings, warnings = parse_settings(["--model-repository=/a", "--model-namespacing=true"])
+    assert settings.model_namespacing and not warnings
+    settings, _ = parse_settings(["--model-repository=/a"])
+    assert not settings.model_namespacing
+
+
 @pytest.mark.parametrize(("given", "mode"), [("POLL", "poll"), ("Explicit", "explicit"), ("NONE", "none")])
 def test_the_model_control_mode_is_taken_in_any_case(given: str, mode: str) -> None:
     settings, _ = parse_settings(["--model-repository=/a", f"--model-control-mode={given}"])
