@@ -25,9 +25,14 @@ def _simple(root: Path, name: str) -> None:
     config.write_text(config.read_text().replace('name: "simple"', f'name: "{name}"'))
 
 
-def _ensemble(root: Path, name: str, member: str, member_io: tuple[str, str, str, str]) -> None:
-    """One step: A, B -> `member` -> SUM, DIFF; `member_io` names the member's two inputs and outputs."""
+def one_step_ensemble(
+    root: Path, name: str, member: str, member_io: tuple[str, str, str, str], swap: bool = False
+) -> None:
+    """One step: A, B -> `member` -> SUM, DIFF; `member_io` names the member's two inputs and outputs, whose
+    outputs `swap` exchanges (SUM is then the member's second output)."""
     a, b, total, diff = member_io
+    if swap:
+        total, diff = diff, total
     (root / name / "1").mkdir(parents=True)
     (root / name / "config.pbtxt").write_text(
         f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 8\n{IO}'
@@ -49,8 +54,8 @@ def _manager(root: Path, mode: str = "none") -> ModelManager:
 
 def test_ensembles_load_after_what_they_call_whatever_their_names(tmp_path: Path) -> None:
     _simple(tmp_path, "zeta")
-    _ensemble(tmp_path, "b_pipe", "zeta", ONNX)
-    _ensemble(tmp_path, "a_outer", "b_pipe", NESTED)  # an ensemble of an ensemble, named before it
+    one_step_ensemble(tmp_path, "b_pipe", "zeta", ONNX)
+    one_step_ensemble(tmp_path, "a_outer", "b_pipe", NESTED)  # an ensemble of an ensemble, named before it
     manager = _manager(tmp_path)
     manager.load_all()
     try:
@@ -63,8 +68,8 @@ def test_ensembles_load_after_what_they_call_whatever_their_names(tmp_path: Path
 
 
 def test_ensembles_calling_each_other_fail_and_say_why(tmp_path: Path) -> None:
-    _ensemble(tmp_path, "ping", "pong", NESTED)
-    _ensemble(tmp_path, "pong", "ping", NESTED)
+    one_step_ensemble(tmp_path, "ping", "pong", NESTED)
+    one_step_ensemble(tmp_path, "pong", "ping", NESTED)
     manager = _manager(tmp_path)
     manager.load_all()  # returns: no deadlock, no endless recursion
     try:
@@ -85,7 +90,7 @@ def test_poll_mode_follows_an_ensemble_and_its_member(tmp_path: Path) -> None:
     manager.load_all()  # start() without the polling thread: poll() is driven by hand below
     try:
         # an ensemble and the model it calls appear together; the ensemble is polled first
-        _ensemble(tmp_path, "a_pipe", "zeta", ONNX)
+        one_step_ensemble(tmp_path, "a_pipe", "zeta", ONNX)
         _simple(tmp_path, "zeta")
         manager.poll()
         assert manager.is_ready("a_pipe") and manager.is_ready("zeta")
@@ -105,7 +110,7 @@ def test_unloading_a_member_waits_for_the_ensemble_that_loads_it(tmp_path: Path,
     from nereid.repository import manager as manager_module
 
     _simple(tmp_path, "zeta")
-    _ensemble(tmp_path, "pipe", "zeta", ONNX)
+    one_step_ensemble(tmp_path, "pipe", "zeta", ONNX)
     manager = _manager(tmp_path, "explicit")
     manager.start()
     unload_called = threading.Event()
@@ -141,7 +146,7 @@ def test_unloading_a_member_waits_for_the_ensemble_that_loads_it(tmp_path: Path,
 
 def test_an_ensemble_unloaded_on_purpose_stays_unloaded_when_its_member_returns(tmp_path: Path) -> None:
     _simple(tmp_path, "zeta")
-    _ensemble(tmp_path, "pipe", "zeta", ONNX)
+    one_step_ensemble(tmp_path, "pipe", "zeta", ONNX)
     manager = _manager(tmp_path, "explicit")
     manager.start()
     try:
@@ -172,7 +177,7 @@ def test_a_start_up_model_without_folder_is_logged_as_not_found(tmp_path: Path, 
 
 def test_an_ensemble_tensor_with_reshape_has_the_reshaped_shape_inside(tmp_path: Path) -> None:
     _simple(tmp_path, "zeta")  # INPUT0, INPUT1 -> OUTPUT0, OUTPUT1, all [16]
-    _ensemble(tmp_path, "pipe", "zeta", ONNX)
+    one_step_ensemble(tmp_path, "pipe", "zeta", ONNX)
     config = tmp_path / "pipe" / "config.pbtxt"
     # the request gives A as [4, 4]; inside the ensemble it is the [16] that zeta takes
     config.write_text(

@@ -21,44 +21,22 @@ from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
 from nereid.types import InferRequest, InferTensor
 from tests.conftest import EXAMPLES
+from tests.repository.test_ensemble_loading import NESTED, ONNX, one_step_ensemble
 
-IO = (
-    'input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
-    'output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "DIFF" data_type: TYPE_INT32 dims: [ 16 ] } ]\n'
-)
 AMBIGUOUS = "There are 2 identifiers of model '{}' in global map, model namespace must be provided to resolve ambiguity."
 X = np.arange(16, dtype=np.int32).reshape(1, 16)
 Y = np.full((1, 16), 3, dtype=np.int32)
-
-
-def ensemble(root: Path, name: str, step: str, io: tuple[str, str, str, str], swap: bool = False) -> None:
-    """One step, A, B -> `step` -> SUM, DIFF; `io` names the step model's inputs and outputs, whose outputs
-    `swap` exchanges."""
-    a, b, total, diff = io
-    if swap:
-        total, diff = diff, total
-    (root / name / "1").mkdir(parents=True)
-    (root / name / "config.pbtxt").write_text(
-        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 8\n{IO}'
-        f'ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1 '
-        f'input_map {{ key: "{a}" value: "A" }} input_map {{ key: "{b}" value: "B" }} '
-        f'output_map {{ key: "{total}" value: "SUM" }} output_map {{ key: "{diff}" value: "DIFF" }} }} ] }}\n'
-    )
-
-
-ONNX = ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1")
-NESTED = ("A", "B", "SUM", "DIFF")
 
 
 def namespaced_repositories(base: Path) -> tuple[Path, Path]:
     """The repositories `a` and `b` described above, under `base`."""
     a, b = base / "a", base / "b"
     shutil.copytree(EXAMPLES / "simple", a / "simple")
-    ensemble(a, "member", "simple", ONNX)
-    ensemble(b, "member", "simple", ONNX, swap=True)  # `simple` is only in `a`: the one there serves
+    one_step_ensemble(a, "member", "simple", ONNX)
+    one_step_ensemble(b, "member", "simple", ONNX, swap=True)  # `simple` is only in `a`: the one there serves
     for root in (a, b):
-        ensemble(root, "pipe", "member", NESTED)
-    ensemble(a, "only_a", "member", NESTED)
+        one_step_ensemble(root, "pipe", "member", NESTED)
+    one_step_ensemble(a, "only_a", "member", NESTED)
     return a, b
 
 
