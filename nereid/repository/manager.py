@@ -348,12 +348,13 @@ class ModelManager:
                     self._cascaded.add(entry.name)
             if unload_dependents:
                 for member in sorted({m for key in keys for m in self._ensembles.get(key, ())}):
-                    if not any(self._loaded_ensemble(e) for e in self._dependents(member)):
+                    if not any(self._serving(e) for e in self._dependents(member)):
                         self.unload(member, unload_dependents=True)
         finally:
             chain.discard(name)
 
-    def _loaded_ensemble(self, key: str) -> bool:
+    def _serving(self, key: str) -> bool:
+        """Whether the model known by `key` has versions serving."""
         entry = self._models.get(key)
         return entry is not None and bool(entry.versions)
 
@@ -415,7 +416,7 @@ class ModelManager:
         return EnsembleMembers(lookup, self._server, source.namespace)
 
     def _load_member(self, member: str) -> None:
-        loaded = {key for key in self._keys(member) if self._models[key].versions}
+        loaded = {key for key in self._keys(member) if self._serving(key)}
         if loaded and (
             not self._settings.model_namespacing
             or all(source.key in loaded for source in self._discover_named(member))
@@ -576,7 +577,7 @@ class ModelManager:
             preferred = self._models.get(key)
             if preferred is not None and (preferred.versions or preferred.failures):
                 return key, preferred
-        named = [(key, self._models[key]) for key in self._keys(name)]
+        named = sorted((key, entry) for key, entry in list(self._models.items()) if entry.name == name)
         # One unloaded, or removed from its repository, does not make the name ambiguous.
         live = [(key, entry) for key, entry in named if entry.versions or entry.failures]
         if len(live) > 1:
@@ -584,7 +585,9 @@ class ModelManager:
                 f"There are {len(live)} identifiers of model '{name}' in global map, model namespace must "
                 "be provided to resolve ambiguity."
             )
-        return (live or named or [(name, None)])[0]
+        if not named:
+            return name, None
+        return (live or named)[0]
 
     def loaded(self, name: str | None = None) -> list[ModelVersion]:
         """Serving versions of every model (or of `name`, which must exist), by name then version."""
