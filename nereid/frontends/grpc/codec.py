@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from nereid.datatypes import (
     check_string_count,
     element_size,
     numpy_dtype,
+    size_mismatch,
     tensor_from_bytes,
     tensor_to_bytes,
 )
@@ -104,12 +106,24 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
             if raw_used >= raw_count:
                 raise _no_data(name, model_name)
             _check_shape(shape, name)
-            if datatype not in WIRE_DATATYPES:
+            dtype = _FIXED_SIZE.get(datatype)
+            if dtype is not None:  # the common case, inline: a view on the message's bytes
+                buffer = raw[raw_used]
+                expected = math.prod(shape) * dtype.itemsize
+                if len(buffer) == expected:
+                    data = np.frombuffer(buffer, dtype=dtype).reshape(shape)
+                else:
+                    data, data_error = (
+                        _NO_DATA,
+                        size_mismatch(prefix, name, model_name, expected, len(buffer)),
+                    )
+            elif datatype not in WIRE_DATATYPES:
                 raise InvalidArgument(f"invalid datatype for input {name}")
-            try:
-                data = tensor_from_bytes(raw[raw_used], datatype, shape, name, model_name, prefix)
-            except InputDataError as exc:
-                data, data_error = _NO_DATA, exc
+            else:
+                try:
+                    data = tensor_from_bytes(raw[raw_used], datatype, shape, name, model_name, prefix)
+                except InputDataError as exc:
+                    data, data_error = _NO_DATA, exc
             raw_used += 1
         else:
             try:
@@ -130,6 +144,8 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
 
 
 _NO_DATA = np.empty(0, dtype=np.uint8)  # placeholder until the engine reads the shared memory region
+# The wire datatypes whose elements have one size, and their numpy types.
+_FIXED_SIZE = {datatype: numpy_dtype(datatype) for datatype in WIRE_DATATYPES if datatype != "BYTES"}
 
 
 def _shared_memory_ref(parameters: dict[str, Any], name: str) -> SharedMemoryRef:
@@ -200,10 +216,7 @@ def _from_contents(
     dtype = numpy_dtype(datatype)
     if len(values) != count:
         size = element_size(datatype)
-        raise InputDataError(
-            f"{prefix}input byte size mismatch for input '{name}' for model '{model_name}'. Expected "
-            f"{count * size}, got {len(values) * size}"
-        )
+        raise size_mismatch(prefix, name, model_name, count * size, len(values) * size)
     if dtype.itemsize < 4 and dtype.kind in "iu" and count:
         info = np.iinfo(dtype)
         if min(values) < info.min or max(values) > info.max:
@@ -257,10 +270,13 @@ def _tensor_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str,
 
 def _requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
     name = output.name
-    parameters = _tensor_parameters(output.parameters) if output.parameters else {}
+    wire_parameters = output.parameters  # a new wrapper at each access: read once
+    if not wire_parameters:  # the common case, built directly
+        return RequestedOutput(name, None, 0, {}, None)
+    parameters = _tensor_parameters(wire_parameters)
     class_count = 0
-    if "classification" in output.parameters:
-        if output.parameters["classification"].WhichOneof("parameter_choice") != "int64_param":
+    if "classification" in wire_parameters:
+        if wire_parameters["classification"].WhichOneof("parameter_choice") != "int64_param":
             raise InvalidArgument("invalid value type for 'classification' parameter, expected int64_param")
         class_count = parameters["classification"]
         if class_count < 0:
