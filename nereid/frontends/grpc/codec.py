@@ -92,7 +92,7 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
                     f"contents field must not be specified when using shared memory for '{name}' for model "
                     f"'{model_name}'"
                 )
-            _check_shape(shape, name)
+            check_shape(shape, name)
             ref = _shared_memory_ref(tensor_parameters, name)
             # the engine, which owns the registered regions, reads the data
             inputs.append(InferTensor(name, datatype, shape, _NO_DATA, tensor_parameters, ref))
@@ -105,7 +105,7 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
                 )
             if raw_used >= raw_count:
                 raise _no_data(name, model_name)
-            _check_shape(shape, name)
+            check_shape(shape, name)
             dtype = _FIXED_SIZE.get(datatype)
             if dtype is not None:  # the common case, inline: a view on the message's bytes
                 buffer = raw[raw_used]
@@ -176,10 +176,11 @@ def _no_data(name: str, model_name: str) -> InvalidArgument:
     )
 
 
-def _check_shape(shape: tuple[int, ...], name: str) -> None:
+def check_shape(shape: tuple[int, ...], name: str) -> int:
+    """The elements of an input's shape; refuses negative dimensions and shapes too large to serve."""
     if shape and min(shape) < 0:
         raise InvalidArgument(f"input '{name}' has shape {list(shape)}: dimensions cannot be negative")
-    element_count(shape, name)
+    return element_count(shape, name)
 
 
 def _from_contents(
@@ -193,7 +194,7 @@ def _from_contents(
     name = tensor.name
     fields = tensor.contents.ListFields() if tensor.HasField("contents") else []
     if not fields:
-        _check_shape(shape, name)
+        check_shape(shape, name)
         if datatype in WIRE_DATATYPES and element_count(shape, name) == 0:
             # protobuf sends an empty list as no list at all: an empty tensor needs no data (as Triton)
             return np.empty(shape, dtype=np.object_ if datatype == "BYTES" else numpy_dtype(datatype))
@@ -205,7 +206,7 @@ def _from_contents(
             f"unexpected explicit tensor data for input tensor '{name}' for model '{model_name}' of type "
             f"'{_TYPE_OF_FIELD[field]}', expected datatype '{expected}'"
         )
-    _check_shape(shape, name)
+    check_shape(shape, name)
     values = fields[0][1]
     count = element_count(shape, name)
     if datatype == "BYTES":

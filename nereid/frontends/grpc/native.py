@@ -80,7 +80,7 @@ class NativeServer(pygrpc_native.aio.Server):
             return False  # the general path logs it and answers INTERNAL, as grpc does
         servicer = self._servicer
         try:
-            request = servicer.decode(message, details[0] if details else ())
+            request = servicer.decode(message, details[0] if details else (), payload)
             queued = servicer.queue(request)
         except NereidError as exc:
             self._front.fail(call_id, GRPC_STATUS[exc.status].value[0], exc.message)  # type: ignore[union-attr]

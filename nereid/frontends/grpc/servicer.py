@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2_grpc
 from nereid.engine_client import EngineClient, QueuedInfer
 from nereid.errors import DecoupledModel, InvalidArgument, NereidError, Unsupported, unexpected
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
+from nereid.frontends.grpc.layouts import LayoutCache
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
 from nereid.frontends.header_forward import HeaderForwarding
@@ -117,6 +118,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self._forwarding = forwarding  # --grpc-header-forward-pattern
         self._tracer = engine.tracer
         self._response_delay_s = response_delay_s()
+        self._layouts = LayoutCache()
 
     # health and metadata
     @_rpc
@@ -181,13 +183,22 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return json_format.ParseDict(statistics, pb.ModelStatisticsResponse())
 
     # inference: ModelInfer in steps, which the native core also calls one by one (see native.py)
-    def decode(self, message: pb.ModelInferRequest, metadata: Sequence[tuple[str, Any]] = ()) -> InferRequest:
+    def decode(
+        self,
+        message: pb.ModelInferRequest,
+        metadata: Sequence[tuple[str, Any]] = (),
+        payload: bytes | None = None,
+    ) -> InferRequest:
         """The engine's request, with its forwarded headers and, when sampled, its trace; raises the
-        NereidError to answer instead."""
+        NereidError to answer instead. `payload`, the message's bytes where the core has them, lets a
+        request laid out as an earlier one be decoded from that one's layout."""
         tracer = self._tracer
         received = time.perf_counter_ns() if tracer.active else 0
         try:
-            request = decode_infer_request(message)
+            if payload is None:
+                request = decode_infer_request(message)
+            else:
+                request = self._layouts.decode(message, payload)
             if self._forwarding is not None:
                 self._forwarding.add_parameters(metadata, request.parameters)
             if received:
