@@ -1,4 +1,5 @@
-"""Decoding the common ModelInferRequest from what it shares with the requests before it.
+"""Decoding the common ModelInferRequest from what it shares with the requests before it, and writing
+the common ModelInferResponse likewise.
 
 A load generator or a client sends the same request again and again with new tensor data: the same model,
 inputs (names, datatypes, shapes), outputs and parameters, and only `raw_input_contents` changing. Reading
@@ -18,15 +19,16 @@ checks and words everything.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from nereid.datatypes import WIRE_DATATYPES, numpy_dtype
+from nereid.datatypes import WIRE_DATATYPES, numpy_dtype, tensor_to_bytes
 from nereid.errors import NereidError
-from nereid.frontends.grpc.codec import check_shape, decode_infer_request
-from nereid.types import InferRequest, InferTensor, RequestedOutput
+from nereid.frontends.grpc.codec import check_shape, decode_infer_request, encode_infer_response
+from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 # Layouts kept at most; past that the table starts again (requests that differ in their ids, say).
 MAX_LAYOUTS = 256
@@ -63,7 +65,7 @@ class Layout:
         for spec, data in zip(self.inputs, contents, strict=True):
             if len(data) != spec.byte_size:
                 return None
-            array = np.frombuffer(data, dtype=spec.dtype).reshape(spec.shape)
+            array = np.ndarray(spec.shape, spec.dtype, data)  # a read-only view, as frombuffer gives
             inputs.append(InferTensor(spec.name, spec.datatype, spec.shape, array, {}))
         outputs = None
         if self.outputs is not None:
@@ -132,3 +134,46 @@ class LayoutCache:
                 if request is not None:
                     return request
         return decode_infer_request(message)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_RAW_OUTPUT_TAG = b"\x32"  # raw_output_contents: field 6, length-delimited
+
+
+class ResponseLayouts:
+    """Serialized ModelInferResponses from the head (every field before raw_output_contents) of earlier
+    ones that said the same: the same bytes as protobuf writes, without building the message."""
+
+    def __init__(self) -> None:
+        self._heads: dict[tuple[Any, ...], bytes] = {}
+
+    def serialize(self, response: InferResponse) -> bytes:
+        if response.parameters:
+            return encode_infer_response(response).SerializeToString()
+        key: list[Any] = [response.model_name, response.model_version, response.id]
+        parts = []
+        for tensor in response.outputs:
+            if tensor.shared_memory is not None:
+                return encode_infer_response(response).SerializeToString()
+            key += (tensor.name, tensor.datatype, tuple(tensor.shape))
+            data = tensor_to_bytes(tensor.data, tensor.datatype)
+            parts += (_RAW_OUTPUT_TAG, _varint(len(data)), data)
+        heads = self._heads
+        head_key = tuple(key)
+        head = heads.get(head_key)
+        if head is None:
+            message = encode_infer_response(response)
+            message.ClearField("raw_output_contents")
+            if len(heads) >= MAX_LAYOUTS:
+                heads.clear()
+            head = heads[head_key] = message.SerializeToString()
+        parts.insert(0, head)
+        return b"".join(parts)

@@ -144,11 +144,11 @@ class _InferCall:
         if self.task is not None and not self.task.done():
             self.task.set_result(None)
         try:
-            message = server._servicer.respond(self._request, result)
+            data = server._servicer.respond_serialized(self._request, result)
         except NereidError as exc:
             self._fail(GRPC_STATUS[exc.status], exc.message)
             return
-        self._send(message)
+        self._send(data)
 
     async def awaited(self) -> None:
         server = self._server
@@ -164,16 +164,10 @@ class _InferCall:
             return
         finally:
             server._calls.pop(self.call_id, None)
-        self._send(message)
+        self._send(message.SerializeToString())
 
-    def _send(self, message: pb.ModelInferResponse) -> None:
+    def _send(self, data: bytes) -> None:
         server = self._server
-        try:
-            data = message.SerializeToString()
-        except Exception as exc:
-            log.exception("Failed to serialize response!")
-            self._fail(grpc.StatusCode.INTERNAL, f"Failed to serialize response: {exc}")
-            return
         if server._within_send_limit(self, data) is not None:
             server._front.respond(self.call_id, data)  # type: ignore[union-attr]
 

@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2_grpc
 from nereid.engine_client import EngineClient, QueuedInfer
 from nereid.errors import DecoupledModel, InvalidArgument, NereidError, Unsupported, unexpected
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
-from nereid.frontends.grpc.layouts import LayoutCache
+from nereid.frontends.grpc.layouts import LayoutCache, ResponseLayouts
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
 from nereid.frontends.header_forward import HeaderForwarding
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
+T = TypeVar("T")
 Context = Any  # grpc.aio.ServicerContext; grpcio ships no type information
 
 # Metadata with which a stream asks for a real gRPC status on the first error instead of `error_message`.
@@ -119,6 +120,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self._tracer = engine.tracer
         self._response_delay_s = response_delay_s()
         self._layouts = LayoutCache()
+        self._responses = ResponseLayouts()
 
     # health and metadata
     @_rpc
@@ -233,6 +235,18 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def respond(self, request: InferRequest, result: InferResponse | BaseException) -> pb.ModelInferResponse:
         """The message answering the engine's result; raises the NereidError to answer instead. A traced
         request's trace ends here."""
+        return self._answer(request, result, encode_infer_response)
+
+    def respond_serialized(self, request: InferRequest, result: InferResponse | BaseException) -> bytes:
+        """`respond`, serialized (from the head of an earlier response that said the same)."""
+        return self._answer(request, result, self._responses.serialize)
+
+    def _answer(
+        self,
+        request: InferRequest,
+        result: InferResponse | BaseException,
+        encode: Callable[[InferResponse], T],
+    ) -> T:
         trace = request.trace
         try:
             if isinstance(result, BaseException):
@@ -241,7 +255,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 trace.now(INFER_RESPONSE_COMPLETE)
                 trace.now(GRPC_SEND_START)
             try:
-                return encode_infer_response(result)
+                return encode(result)
             except Exception as exc:
                 raise _infer_error(exc, request.model_name) from None
         finally:

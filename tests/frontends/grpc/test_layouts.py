@@ -1,5 +1,6 @@
 """Requests decoded from the layout of earlier ones read exactly as the general decoder reads them, errors
-included, however their bytes are laid out."""
+included, however their bytes are laid out; responses written from the head of earlier ones are the bytes
+protobuf writes."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from nereid.errors import NereidError
-from nereid.frontends.grpc.codec import decode_infer_request
-from nereid.frontends.grpc.layouts import MAX_LAYOUTS, LayoutCache
-from nereid.types import InferRequest
+from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response
+from nereid.frontends.grpc.layouts import MAX_LAYOUTS, LayoutCache, ResponseLayouts
+from nereid.shared_memory import SharedMemoryRef
+from nereid.types import InferRequest, InferResponse, InferTensor
 
 
 def _message(values: list[float], **changes: Any) -> pb.ModelInferRequest:
@@ -160,3 +162,39 @@ def test_the_table_of_layouts_is_bounded() -> None:
     for i in range(MAX_LAYOUTS + 10):
         _same(cache, _message([1.0], id=f"request-{i}"))
     assert len(cache._layouts) <= MAX_LAYOUTS
+
+
+def _responses() -> list[InferResponse]:
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    words = np.array([b"one", b"", b"three"], dtype=np.object_)
+    large = np.zeros((1, 40000), dtype=np.float32)  # raw contents with a three-byte length
+    region = SharedMemoryRef("region", 0, 64)
+    return [
+        InferResponse(
+            "add_sub",
+            "1",
+            [InferTensor("OUTPUT0", "FP32", (1, 16), a), InferTensor("OUTPUT1", "FP32", (1, 16), a)],
+        ),
+        InferResponse("add_sub", "1", [InferTensor("OUTPUT0", "FP32", (1, 16), a)], "request-7"),
+        InferResponse(
+            "m",
+            "",
+            [InferTensor("WORDS", "BYTES", (3,), words), InferTensor("BIG", "FP32", (1, 40000), large)],
+        ),
+        InferResponse("m", "2", [InferTensor("EMPTY", "INT32", (0, 4), np.zeros((0, 4), np.int32))]),
+        InferResponse("m", "2", []),
+        InferResponse("m", "2", [InferTensor("OUT", "FP32", (1, 16), a)], "", {"sequence_id": 3}),
+        InferResponse("m", "2", [InferTensor("OUT", "FP32", (1, 16), a, {}, region)]),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_responses())))
+def test_responses_are_written_as_protobuf_writes_them_first_and_again(index: int) -> None:
+    layouts = ResponseLayouts()
+    response = _responses()[index]
+    expected = encode_infer_response(response).SerializeToString()
+    assert layouts.serialize(response) == expected  # learns the head
+    assert layouts.serialize(response) == expected  # uses it
+    if response.outputs and response.outputs[0].datatype == "FP32":
+        response.outputs[0].data = response.outputs[0].data + 1  # new data, the same head
+        assert layouts.serialize(response) == encode_infer_response(response).SerializeToString()
