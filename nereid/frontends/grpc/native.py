@@ -121,15 +121,12 @@ class _InferCall:
     def cancel(self) -> None:
         """The client went away (or its deadline passed): nothing is sent."""
         self._cancelled = True
-        if self._queued is None:
-            if self.task is not None:
-                self.task.cancel()
-            return
         if self._server._calls.pop(self.call_id, None) is None:
             return  # answered already
-        self._queued.cancel()
-        drop(self._request)
-        if self.task is not None:
+        if self._queued is not None:
+            self._queued.cancel()
+            drop(self._request)
+        if self.task is not None:  # awaited: its CancelledError ends its trace
             self.task.cancel()
 
     def drained(self, future: asyncio.Future[Any]) -> None:
