@@ -210,3 +210,15 @@ class _Wrapped:
 
     def result(self, timeout: float) -> None:
         self._done.result(timeout)
+
+
+def test_a_pygrpc_native_without_the_internals_serves_every_call_its_own_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pygrpc_native.aio
+
+    from nereid.frontends.grpc import native
+
+    monkeypatch.setattr(native, "_HOOKS", (*native._HOOKS, "_internals_of_another_version"))
+    server = native.native_server(None)  # type: ignore[arg-type]
+    assert type(server) is pygrpc_native.aio.Server
