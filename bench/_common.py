@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "model_repository"
@@ -126,3 +127,67 @@ def require_binary(name: str, package: str) -> str:
     if found is None:
         raise RuntimeError(f"{name} not found after installing {package}")
     return found
+
+
+def callgrind_per_request(script: str, options: list[str], counts: tuple[int, int], concurrency: int) -> None:
+    """Run `script` under callgrind with `options`, once per count of requests (`--requests=N --rounds=1`),
+    and print the instructions per request from the difference: start-up and model loading cancel out."""
+    import re
+
+    totals = []
+    for n in counts:
+        command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, script]
+        command += [*options, f"--requests={n}", "--rounds=1"]
+        result = subprocess.run(command, capture_output=True, text=True, check=True)
+        match = re.search(r"Collected : (\d+)", result.stderr)
+        if match is None:
+            raise RuntimeError(result.stderr[-2000:])
+        totals.append(int(match.group(1)))
+        print(f"{n} requests: {totals[-1]} instructions", flush=True)
+    per = (totals[1] - totals[0]) / (counts[1] - counts[0])
+    print(f"instructions per request (concurrency {concurrency}): {per:,.0f}")
+
+
+def print_per_request(
+    results: list[tuple[float, float]], concurrency: int, rounds: int, requests: int
+) -> None:
+    """The median CPU and wall microseconds per request over the rounds, (cpu, wall) each."""
+    import statistics
+
+    cpu = [c for c, _ in results]
+    wall = [w for _, w in results]
+    print(
+        f"Python {sys.version.split()[0]}, concurrency {concurrency}: CPU {statistics.median(cpu):.1f} us "
+        f"per request (best {min(cpu):.1f}), wall {statistics.median(wall):.1f} us, "
+        f"over {rounds} rounds of {requests}"
+    )
+
+
+def path_parser(description: str | None) -> Any:
+    """The options shared by the in-process infer path benches (argparse.ArgumentParser)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--concurrency", type=int, default=16, help="requests handed over per round")
+    parser.add_argument("--requests", type=int, default=20000, help="requests per measurement round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--mode", default="thread", help="the Python backend's execution mode")
+    parser.add_argument("--instructions", help="N1,N2: instructions per request under callgrind")
+    return parser
+
+
+def path_main(parser: Any, run: Any, options: Any, script: str) -> None:
+    """Parse the options; `--instructions N1,N2` counts instructions of `script` under callgrind with the
+    `options(args)` given on, otherwise print `run(args)`'s CPU and wall time per request."""
+    import logging
+
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if args.instructions:
+        n1, n2 = (int(n) for n in args.instructions.split(","))
+        given = [f"--concurrency={args.concurrency}", f"--mode={args.mode}", *options(args)]
+        callgrind_per_request(script, given, (n1, n2), args.concurrency)
+        return
+    print_per_request(run(args), args.concurrency, args.rounds, args.requests)

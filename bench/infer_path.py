@@ -21,11 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import re
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _common import path_main, path_parser  # noqa: E402
 from http_dispatch import Transport  # noqa: E402
 
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response  # noqa: E402
@@ -130,55 +127,15 @@ def _run(args: argparse.Namespace) -> list[tuple[float, float]]:
             engine.shutdown()
 
 
-def _instructions(args: argparse.Namespace, counts: list[int]) -> None:
-    totals = []
-    for n in counts:
-        command = [
-            "valgrind",
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            sys.executable,
-            __file__,
-            f"--concurrency={args.concurrency}",
-            f"--requests={n}",
-            "--rounds=1",
-            f"--mode={args.mode}",
-            *(["--split"] if args.split else []),
-        ]
-        result = subprocess.run(command, capture_output=True, text=True, check=True)
-        match = re.search(r"Collected : (\d+)", result.stderr)
-        if match is None:
-            raise RuntimeError(result.stderr[-2000:])
-        totals.append(int(match.group(1)))
-        print(f"{n} requests: {totals[-1]} instructions", flush=True)
-    per = (totals[1] - totals[0]) / (counts[1] - counts[0])
-    print(f"instructions per request (concurrency {args.concurrency}): {per:,.0f}")
+def _options(args: argparse.Namespace) -> list[str]:
+    """The options beyond the shared ones, for the runs under callgrind."""
+    return ["--split"] if args.split else []
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--concurrency", type=int, default=16, help="connections, one request each per round")
-    parser.add_argument("--requests", type=int, default=20000, help="requests per measurement round")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--mode", default="thread", help="the Python backend's execution mode")
+    parser = path_parser(__doc__)
     parser.add_argument("--split", action="store_true", help="head and body in two reads")
-    parser.add_argument("--instructions", help="N1,N2: instructions per request under callgrind")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    if args.instructions:
-        n1, n2 = (int(n) for n in args.instructions.split(","))
-        _instructions(args, [n1, n2])
-        return
-    results = _run(args)
-    cpu = [c for c, _ in results]
-    wall = [w for _, w in results]
-    print(
-        f"Python {sys.version.split()[0]}, concurrency {args.concurrency}: CPU {statistics.median(cpu):.1f} us "
-        f"per request (best {min(cpu):.1f}), wall {statistics.median(wall):.1f} us, "
-        f"over {args.rounds} rounds of {args.requests}"
-    )
+    path_main(parser, _run, _options, __file__)
 
 
 if __name__ == "__main__":

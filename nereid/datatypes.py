@@ -130,6 +130,14 @@ def tensor_to_bytes(array: np.ndarray, datatype: str) -> bytes:
     return np.ascontiguousarray(array, dtype=_NUMPY[datatype]).tobytes()
 
 
+def size_mismatch(prefix: str, name: str, model_name: str, expected: int, got: int) -> InputDataError:
+    """An input whose data is not the size its shape and datatype make, in Triton's words."""
+    return InputDataError(
+        f"{prefix}input byte size mismatch for input '{name}' for model '{model_name}'. Expected {expected}, "
+        f"got {got}"
+    )
+
+
 def tensor_from_bytes(
     buffer: bytes | memoryview, datatype: str, shape: tuple[int, ...], name: str, model_name: str, prefix: str
 ) -> np.ndarray:
@@ -139,9 +147,6 @@ def tensor_from_bytes(
         return deserialize_bytes(buffer, count, name, model_name, prefix).reshape(shape)
     expected = count * element_size(datatype)
     if len(buffer) != expected:
-        raise InputDataError(
-            f"{prefix}input byte size mismatch for input '{name}' for model '{model_name}'. Expected {expected}, "
-            f"got {len(buffer)}"
-        )
+        raise size_mismatch(prefix, name, model_name, expected, len(buffer))
     # zero copy: the array is a view on the request body
     return np.frombuffer(buffer, dtype=numpy_dtype(datatype)).reshape(shape)

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import numpy as np
 import orjson
 import pytest
 from tritonclient.grpc import service_pb2 as pb
-from tritonclient.grpc import service_pb2_grpc
 
 from nereid.cli import parse_settings
 from nereid.engine import Engine
 from nereid.errors import InvalidArgument
-from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.header_forward import compile_pattern, header_forwarding
 from nereid.frontends.http import HttpFrontend
 from nereid.frontends.http.protocol import HttpRequest
@@ -24,7 +22,7 @@ from nereid.server import build_engine
 from nereid.settings import ServerSettings
 from nereid.types import InferRequest
 from tests.conftest import EXAMPLES
-from tests.frontends.grpc.conftest import LoopThread
+from tests.frontends.grpc.conftest import CORES, serving
 
 HEADERS = [("my_header_1", "one"), ("other", "x"), ("My_Header_2", 'a "quoted" value\\ ')]
 
@@ -114,26 +112,20 @@ def test_http_requests_carry_matching_headers(engine: Engine, settings: ServerSe
     assert recording.requests[-1].parameters == {"x-model-tenant": "blue"}
 
 
-def test_grpc_requests_and_streams_carry_matching_metadata(engine: Engine, settings: ServerSettings) -> None:
+@pytest.mark.parametrize("core", sorted(CORES))
+def test_grpc_requests_and_streams_carry_matching_metadata(
+    engine: Engine, settings: ServerSettings, core: str
+) -> None:
     recording = _Recording(engine)
-    loop = LoopThread()
-    try:
-        server, port = loop.run(start_grpc_server(engine, settings))
-        try:
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-                request = pb.ModelInferRequest(model_name="simple")
-                for name in ("INPUT0", "INPUT1"):
-                    request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
-                    request.raw_input_contents.append(np.ones(16, np.int32).tobytes())
-                metadata = (("x-model-tenant", "green"), ("x-other", "no"))
-                stub.ModelInfer(request, metadata=metadata)
-                assert recording.requests[-1].parameters == {"x-model-tenant": "green"}
-                responses = list(stub.ModelStreamInfer(iter([request]), metadata=metadata))
-                assert not responses[0].error_message
-                assert recording.requests[-1].parameters == {"x-model-tenant": "green"}
-                assert len(recording.requests) == 2
-        finally:
-            loop.run(server.stop(None))
-    finally:
-        loop.close()
+    with serving(engine, dataclasses.replace(settings, grpc=CORES[core])) as served:
+        request = pb.ModelInferRequest(model_name="simple")
+        for name in ("INPUT0", "INPUT1"):
+            request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+            request.raw_input_contents.append(np.ones(16, np.int32).tobytes())
+        metadata = (("x-model-tenant", "green"), ("x-other", "no"))
+        served.stub.ModelInfer(request, metadata=metadata)
+        assert recording.requests[-1].parameters == {"x-model-tenant": "green"}
+        responses = list(served.stub.ModelStreamInfer(iter([request]), metadata=metadata))
+        assert not responses[0].error_message
+        assert recording.requests[-1].parameters == {"x-model-tenant": "green"}
+        assert len(recording.requests) == 2

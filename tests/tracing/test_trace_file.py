@@ -69,13 +69,18 @@ def repository(tmp_path: Path) -> Path:
 
 
 def _serve(
-    tmp_path: Path, repository: Path, stopping: list[RunningServer], *levels: str, rate: int = 1
+    tmp_path: Path,
+    repository: Path,
+    stopping: list[RunningServer],
+    *levels: str,
+    rate: int = 1,
+    extra: tuple[str, ...] = (),
 ) -> tuple[RunningServer, Path]:
     """Nereid tracing to tmp_path/trace.json at `levels` (TIMESTAMPS by default), and that file."""
     trace_file = tmp_path / "trace.json"
     flags = [f"--trace-config=triton,file={trace_file}", f"--trace-config=rate={rate}"]
     flags += [f"--trace-config=level={level}" for level in levels or ("TIMESTAMPS",)]
-    server = start_nereid(repository, tmp_path / "nereid.log", *flags, grpc=True)
+    server = start_nereid(repository, tmp_path / "nereid.log", *flags, *extra, grpc=True)
     stopping.append(server)
     return server, trace_file
 
@@ -372,17 +377,21 @@ def test_generate_and_generate_stream_are_traced_as_triton_traces_them(
     ]
 
 
-def test_requests_to_a_batching_model_are_traced_on_the_callback_path(
-    tmp_path: Path, stopping: list[RunningServer]
-) -> None:
-    """A dynamic batcher's HTTP requests are answered by callback, with no Task per request; traced, they
-    still carry every timestamp, the connection's send times included."""
-    root = tmp_path / "models"
+def _batched_repository(root: Path) -> Path:
     shutil.copytree(EXAMPLES / "simple", root / "batched")
     config = root / "batched" / "config.pbtxt"
     config.write_text(
         config.read_text().replace('name: "simple"', 'name: "batched"') + "\ndynamic_batching { }\n"
     )
+    return root
+
+
+def test_requests_to_a_batching_model_are_traced_on_the_callback_path(
+    tmp_path: Path, stopping: list[RunningServer]
+) -> None:
+    """A dynamic batcher's HTTP requests are answered by callback, with no Task per request; traced, they
+    still carry every timestamp, the connection's send times included."""
+    root = _batched_repository(tmp_path / "models")
     server, trace_file = _serve(tmp_path, root, stopping)
     for request_id in ("one", "two"):
         _http_infer(server, "batched", request_id=request_id)
@@ -392,3 +401,22 @@ def test_requests_to_a_batching_model_are_traced_on_the_callback_path(
         _in_order(trace, MODEL_ORDER)
         _in_order(trace, HTTP_ORDER)
         _in_order(trace, ("REQUEST_END", "INFER_RESPONSE_COMPLETE", "HTTP_SEND_START"))
+
+
+@pytest.mark.parametrize("core", ["--grpc-request-compression=gzip", "--grpc-core=aio"])
+def test_grpc_requests_to_a_batching_model_are_traced_on_the_callback_path(
+    tmp_path: Path, stopping: list[RunningServer], core: str
+) -> None:
+    """ModelInfer calls to a dynamic batcher are answered by callback (on the native core with no Task at
+    all); traced, they carry every timestamp, from the read of the request to its send."""
+    root = _batched_repository(tmp_path / "models")
+    server, trace_file = _serve(tmp_path, root, stopping, extra=(core,))
+    for _ in range(2):
+        _grpc_infer(server, "batched")
+    traces = _traces(_stop_and_read(server, trace_file))
+    assert len(traces) == 2
+    for trace in traces.values():
+        assert trace["model_name"] == "batched"
+        _in_order(trace, MODEL_ORDER)
+        _in_order(trace, GRPC_ORDER)
+        _in_order(trace, ("REQUEST_END", "INFER_RESPONSE_COMPLETE", "GRPC_SEND_START", "GRPC_SEND_END"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from nereid.datatypes import (
     check_string_count,
     element_size,
     numpy_dtype,
+    size_mismatch,
     tensor_from_bytes,
     tensor_to_bytes,
 )
@@ -90,7 +92,7 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
                     f"contents field must not be specified when using shared memory for '{name}' for model "
                     f"'{model_name}'"
                 )
-            _check_shape(shape, name)
+            check_shape(shape, name)
             ref = _shared_memory_ref(tensor_parameters, name)
             # the engine, which owns the registered regions, reads the data
             inputs.append(InferTensor(name, datatype, shape, _NO_DATA, tensor_parameters, ref))
@@ -103,13 +105,25 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
                 )
             if raw_used >= raw_count:
                 raise _no_data(name, model_name)
-            _check_shape(shape, name)
-            if datatype not in WIRE_DATATYPES:
+            check_shape(shape, name)
+            dtype = _FIXED_SIZE.get(datatype)
+            if dtype is not None:  # the common case, inline: a view on the message's bytes
+                buffer = raw[raw_used]
+                expected = math.prod(shape) * dtype.itemsize
+                if len(buffer) == expected:
+                    data = np.frombuffer(buffer, dtype=dtype).reshape(shape)
+                else:
+                    data, data_error = (
+                        _NO_DATA,
+                        size_mismatch(prefix, name, model_name, expected, len(buffer)),
+                    )
+            elif datatype not in WIRE_DATATYPES:
                 raise InvalidArgument(f"invalid datatype for input {name}")
-            try:
-                data = tensor_from_bytes(raw[raw_used], datatype, shape, name, model_name, prefix)
-            except InputDataError as exc:
-                data, data_error = _NO_DATA, exc
+            else:
+                try:
+                    data = tensor_from_bytes(raw[raw_used], datatype, shape, name, model_name, prefix)
+                except InputDataError as exc:
+                    data, data_error = _NO_DATA, exc
             raw_used += 1
         else:
             try:
@@ -130,6 +144,8 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
 
 
 _NO_DATA = np.empty(0, dtype=np.uint8)  # placeholder until the engine reads the shared memory region
+# The wire datatypes whose elements have one size, and their numpy types.
+_FIXED_SIZE = {datatype: numpy_dtype(datatype) for datatype in WIRE_DATATYPES if datatype != "BYTES"}
 
 
 def _shared_memory_ref(parameters: dict[str, Any], name: str) -> SharedMemoryRef:
@@ -160,10 +176,11 @@ def _no_data(name: str, model_name: str) -> InvalidArgument:
     )
 
 
-def _check_shape(shape: tuple[int, ...], name: str) -> None:
+def check_shape(shape: tuple[int, ...], name: str) -> int:
+    """The elements of an input's shape; refuses negative dimensions and shapes too large to serve."""
     if shape and min(shape) < 0:
         raise InvalidArgument(f"input '{name}' has shape {list(shape)}: dimensions cannot be negative")
-    element_count(shape, name)
+    return element_count(shape, name)
 
 
 def _from_contents(
@@ -177,7 +194,7 @@ def _from_contents(
     name = tensor.name
     fields = tensor.contents.ListFields() if tensor.HasField("contents") else []
     if not fields:
-        _check_shape(shape, name)
+        check_shape(shape, name)
         if datatype in WIRE_DATATYPES and element_count(shape, name) == 0:
             # protobuf sends an empty list as no list at all: an empty tensor needs no data (as Triton)
             return np.empty(shape, dtype=np.object_ if datatype == "BYTES" else numpy_dtype(datatype))
@@ -189,7 +206,7 @@ def _from_contents(
             f"unexpected explicit tensor data for input tensor '{name}' for model '{model_name}' of type "
             f"'{_TYPE_OF_FIELD[field]}', expected datatype '{expected}'"
         )
-    _check_shape(shape, name)
+    check_shape(shape, name)
     values = fields[0][1]
     count = element_count(shape, name)
     if datatype == "BYTES":
@@ -200,10 +217,7 @@ def _from_contents(
     dtype = numpy_dtype(datatype)
     if len(values) != count:
         size = element_size(datatype)
-        raise InputDataError(
-            f"{prefix}input byte size mismatch for input '{name}' for model '{model_name}'. Expected "
-            f"{count * size}, got {len(values) * size}"
-        )
+        raise size_mismatch(prefix, name, model_name, count * size, len(values) * size)
     if dtype.itemsize < 4 and dtype.kind in "iu" and count:
         info = np.iinfo(dtype)
         if min(values) < info.min or max(values) > info.max:
@@ -257,10 +271,13 @@ def _tensor_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str,
 
 def _requested_output(output: pb.ModelInferRequest.InferRequestedOutputTensor) -> RequestedOutput:
     name = output.name
-    parameters = _tensor_parameters(output.parameters) if output.parameters else {}
+    wire_parameters = output.parameters  # a new wrapper at each access: read once
+    if not wire_parameters:  # the common case, built directly
+        return RequestedOutput(name, None, 0, {}, None)
+    parameters = _tensor_parameters(wire_parameters)
     class_count = 0
-    if "classification" in output.parameters:
-        if output.parameters["classification"].WhichOneof("parameter_choice") != "int64_param":
+    if "classification" in wire_parameters:
+        if wire_parameters["classification"].WhichOneof("parameter_choice") != "int64_param":
             raise InvalidArgument("invalid value type for 'classification' parameter, expected int64_param")
         class_count = parameters["classification"]
         if class_count < 0:

@@ -2,8 +2,8 @@
 
 Two cores serve the same servicer. grpc.aio does everything Triton's endpoint does, but its per-call
 machinery costs more CPU than the rest of a request. pygrpc-native (the `grpc` extra) runs HTTP/2 and the
-per-call work in Rust, outside the GIL, and hands the servicer's coroutines to the same event loop; it
-serves unary calls itself and sends streams (ModelStreamInfer) to a grpc.aio server behind it. It has no
+per-call work in Rust, outside the GIL, and hands the servicer's coroutines to the same event loop (and
+ModelInfer calls straight to the engine's callback path, see native.py); it serves unary calls itself and sends streams (ModelStreamInfer) to a grpc.aio server behind it. It has no
 TLS, no response compression and no connection ageing, and it decompresses gzip requests but not deflate
 ones: `--grpc-core=auto` (the default) picks it unless one of those is asked for, and says which core
 serves and why. Deflate is asked for by default, as tritonserver takes it: pygrpc-native 0.5 refuses a
@@ -121,15 +121,14 @@ async def start_grpc_server(engine: EngineClient, settings: ServerSettings) -> t
         if settings.grpc_restricted_protocol
         else []
     )
+    servicer = InferenceServicer(engine, header_forwarding(settings.grpc_header_forward_pattern))
     if core == "native":
-        import pygrpc_native.aio  # the package's own `from pygrpc_native import aio` recurses in 0.5
+        from nereid.frontends.grpc.native import native_server
 
-        server = pygrpc_native.aio.server(options=server_options(options), interceptors=interceptors)
+        server = native_server(servicer, options=server_options(options), interceptors=interceptors)
     else:
         server = grpc.aio.server(options=server_options(options), interceptors=interceptors)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(engine, header_forwarding(settings.grpc_header_forward_pattern)), server
-    )
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     server.add_generic_rpc_handlers((health_handler(engine),))
     address = f"{settings.grpc_address}:{settings.grpc_port}"
     try:

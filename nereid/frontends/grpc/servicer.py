@@ -16,9 +16,10 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from nereid.engine_client import EngineClient
+from nereid.engine_client import EngineClient, QueuedInfer
 from nereid.errors import DecoupledModel, InvalidArgument, NereidError, Unsupported, unexpected
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
+from nereid.frontends.grpc.layouts import LayoutCache, ResponseLayouts
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
 from nereid.frontends.header_forward import HeaderForwarding
@@ -28,15 +29,15 @@ from nereid.tracing.trace import (
     GRPC_WAITREAD_END,
     GRPC_WAITREAD_START,
     INFER_RESPONSE_COMPLETE,
-    RequestTrace,
 )
 from nereid.tracing.updates import grpc_update
-from nereid.types import InferRequest
+from nereid.types import InferRequest, InferResponse
 
 log = logging.getLogger(__name__)
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
+T = TypeVar("T")
 Context = Any  # grpc.aio.ServicerContext; grpcio ships no type information
 
 # Metadata with which a stream asks for a real gRPC status on the first error instead of `error_message`.
@@ -88,12 +89,38 @@ def _setting_value(value: Any) -> Any:
     return None if kind is None else getattr(value, kind)
 
 
+def _infer_error(exc: BaseException, model_name: str) -> NereidError:
+    """What ModelInfer answers for an exception: Triton's text for a decoupled model, a NereidError as it
+    is, anything else as INTERNAL (logged once, with its traceback)."""
+    if isinstance(exc, DecoupledModel):
+        return DecoupledModel("ModelInfer RPC")
+    if isinstance(exc, NereidError):
+        return exc
+    log.error("unexpected error serving ModelInfer for model '%s'", model_name, exc_info=exc)
+    return unexpected(exc)
+
+
+def drop(request: InferRequest) -> None:
+    """A request whose client went away: its trace ends unanswered."""
+    trace = request.trace
+    if trace is not None:
+        trace.now(GRPC_SEND_END)
+        trace.close()
+
+
+def _settle(future: asyncio.Future[Any], result: Any) -> None:
+    if not future.done():  # cancelled meanwhile: the request is being withdrawn
+        future.set_result(result)
+
+
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, engine: EngineClient, forwarding: HeaderForwarding | None = None) -> None:
         self._engine = engine
         self._forwarding = forwarding  # --grpc-header-forward-pattern
         self._tracer = engine.tracer
         self._response_delay_s = response_delay_s()
+        self._layouts = LayoutCache()
+        self._responses = ResponseLayouts()
 
     # health and metadata
     @_rpc
@@ -157,42 +184,84 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         statistics = self._engine.statistics(request.name, request.version)
         return json_format.ParseDict(statistics, pb.ModelStatisticsResponse())
 
-    # inference
-    async def infer(
-        self, request: pb.ModelInferRequest, metadata: Sequence[tuple[str, Any]] = ()
-    ) -> pb.ModelInferResponse:
-        """One request through the engine; an unexpected exception becomes INTERNAL, logged once."""
+    # inference: ModelInfer in steps, which the native core also calls one by one (see native.py)
+    def decode(
+        self,
+        message: pb.ModelInferRequest,
+        metadata: Sequence[tuple[str, Any]] = (),
+        payload: bytes | None = None,
+    ) -> InferRequest:
+        """The engine's request, with its forwarded headers and, when sampled, its trace; raises the
+        NereidError to answer instead. `payload`, the message's bytes where the core has them, lets a
+        request laid out as an earlier one be decoded from that one's layout."""
         tracer = self._tracer
         received = time.perf_counter_ns() if tracer.active else 0
-        trace = None
         try:
-            infer_request = decode_infer_request(request)
+            if payload is None:
+                request = decode_infer_request(message)
+            else:
+                request = self._layouts.decode(message, payload)
             if self._forwarding is not None:
-                self._forwarding.add_parameters(metadata, infer_request.parameters)
+                self._forwarding.add_parameters(metadata, request.parameters)
             if received:
-                trace = infer_request.trace = tracer.sample(request.model_name, dict(metadata))
+                trace = request.trace = tracer.sample(message.model_name, dict(metadata))
                 if trace is not None:
                     trace.timestamp(GRPC_WAITREAD_START, received)
                     trace.now(GRPC_WAITREAD_END)
-                    return await self._traced_infer(infer_request, trace)
-            return encode_infer_response(await self._engine.infer(infer_request))
-        except DecoupledModel:
-            raise DecoupledModel("ModelInfer RPC") from None
-        except NereidError:
+        except Exception as exc:
+            raise _infer_error(exc, message.model_name) from None
+        return request
+
+    def queue(self, request: InferRequest) -> QueuedInfer | None:
+        """The request admitted and queued, to be answered by callback (see Engine.infer_queued); None
+        where the model cannot queue it so, and `infer_decoded` serves it."""
+        try:
+            return self._engine.infer_queued(request)
+        except Exception as exc:
+            self.respond(request, exc)  # which raises
+            raise AssertionError("unreachable") from None
+
+    async def infer_decoded(self, request: InferRequest) -> pb.ModelInferResponse:
+        """The awaited path through the engine."""
+        try:
+            response = await self._engine.infer(request)
+        except asyncio.CancelledError:
+            drop(request)
             raise
         except Exception as exc:
-            log.exception("unexpected error serving ModelInfer for model '%s'", request.model_name)
-            raise unexpected(exc) from exc
+            return self.respond(request, exc)
+        return self.respond(request, response)
 
-    async def _traced_infer(self, infer_request: InferRequest, trace: RequestTrace) -> pb.ModelInferResponse:
+    def respond(self, request: InferRequest, result: InferResponse | BaseException) -> pb.ModelInferResponse:
+        """The message answering the engine's result; raises the NereidError to answer instead. A traced
+        request's trace ends here."""
+        return self._answer(request, result, encode_infer_response)
+
+    def respond_serialized(self, request: InferRequest, result: InferResponse | BaseException) -> bytes:
+        """`respond`, serialized (from the head of an earlier response that said the same)."""
+        return self._answer(request, result, self._responses.serialize)
+
+    def _answer(
+        self,
+        request: InferRequest,
+        result: InferResponse | BaseException,
+        encode: Callable[[InferResponse], T],
+    ) -> T:
+        trace = request.trace
         try:
-            response = await self._engine.infer(infer_request)
-            trace.now(INFER_RESPONSE_COMPLETE)
-            trace.now(GRPC_SEND_START)
-            return encode_infer_response(response)
+            if isinstance(result, BaseException):
+                raise _infer_error(result, request.model_name)
+            if trace is not None:
+                trace.now(INFER_RESPONSE_COMPLETE)
+                trace.now(GRPC_SEND_START)
+            try:
+                return encode(result)
+            except Exception as exc:
+                raise _infer_error(exc, request.model_name) from None
         finally:
-            trace.now(GRPC_SEND_END)  # the response is encoded: the gRPC core sends it next
-            trace.close()
+            if trace is not None:
+                trace.now(GRPC_SEND_END)  # the response is encoded: the gRPC core sends it next
+                trace.close()
 
     def _decoupled(self, message: pb.ModelInferRequest) -> bool:
         try:
@@ -216,14 +285,31 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise unexpected(exc) from exc
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        # Not wrapped in _rpc: this is the hot path, and `infer` already turns every error into a NereidError.
+        # Not wrapped in _rpc: this is the hot path, and its steps turn every error into a NereidError.
         # A client that cancels the RPC cancels this coroutine, and with it the engine's request.
+        metadata = ()
+        if self._forwarding is not None or self._tracer.active:
+            metadata = context.invocation_metadata() or ()
         try:
-            if self._forwarding is not None or self._tracer.active:
-                return await self.infer(request, context.invocation_metadata() or ())
-            return await self.infer(request)
+            infer_request = self.decode(request, metadata)
+            queued = self.queue(infer_request)
+            if queued is None:
+                return await self.infer_decoded(infer_request)
+            return await self._answer_of(queued, infer_request)
         except NereidError as exc:
             await context.abort(GRPC_STATUS[exc.status], exc.message)
+
+    async def _answer_of(self, queued: QueuedInfer, request: InferRequest) -> pb.ModelInferResponse:
+        """A queued request's answer, awaited on one future instead of the engine's coroutines."""
+        answered: asyncio.Future[InferResponse | BaseException] = asyncio.get_running_loop().create_future()
+        queued.then(functools.partial(_settle, answered))
+        try:
+            result = await answered
+        except asyncio.CancelledError:
+            queued.cancel()
+            drop(request)
+            raise
+        return self.respond(request, result)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -57,28 +58,49 @@ CORES = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(CORES))
-def grpc_server(request: pytest.FixtureRequest) -> Iterator[InProcessServer]:
-    settings = ServerSettings(
-        model_repositories=(EXAMPLES,),
-        grpc_address="127.0.0.1",
-        grpc_port=0,
-        grpc=CORES[request.param],
-    )
-    engine = build_engine(settings)
+@dataclass
+class Serving:
+    server: Any  # the started gRPC server (either core)
+    loop: LoopThread  # the event loop it runs on
+    target: str
+    channel: grpc.Channel
+    stub: service_pb2_grpc.GRPCInferenceServiceStub
+
+
+@contextmanager
+def serving(engine: Engine, settings: ServerSettings) -> Iterator[Serving]:
+    """The engine's gRPC server for `settings` (port 0) on a loop thread of its own, and a stub on it;
+    stopped on exit."""
     loop = LoopThread()
     try:
         server, port = loop.run(start_grpc_server(engine, settings))
         target = f"127.0.0.1:{port}"
         try:
             with grpc.insecure_channel(target) as channel:
-                yield InProcessServer(
-                    engine, target, service_pb2_grpc.GRPCInferenceServiceStub(channel), channel, request.param
+                yield Serving(
+                    server, loop, target, channel, service_pb2_grpc.GRPCInferenceServiceStub(channel)
                 )
         finally:
             loop.run(server.stop(None))
     finally:
         loop.close()
+
+
+def core_settings(repository: Path, core: str) -> ServerSettings:
+    """Settings that serve `repository` over gRPC on `core` (port 0 of 127.0.0.1)."""
+    return ServerSettings(
+        model_repositories=(repository,), grpc_address="127.0.0.1", grpc_port=0, grpc=CORES[core]
+    )
+
+
+@pytest.fixture(scope="module", params=sorted(CORES))
+def grpc_server(request: pytest.FixtureRequest) -> Iterator[InProcessServer]:
+    settings = core_settings(EXAMPLES, request.param)
+    engine = build_engine(settings)
+    try:
+        with serving(engine, settings) as served:
+            yield InProcessServer(engine, served.target, served.stub, served.channel, request.param)
+    finally:
         engine.shutdown()
 
 
@@ -86,14 +108,8 @@ def grpc_server(request: pytest.FixtureRequest) -> Iterator[InProcessServer]:
 def served_stub(settings: ServerSettings) -> Iterator[service_pb2_grpc.GRPCInferenceServiceStub]:
     """An engine and its gRPC server for `settings` (port 0), and a stub on it; all stopped on exit."""
     engine = build_engine(settings)
-    loop = LoopThread()
     try:
-        server, port = loop.run(start_grpc_server(engine, settings))
-        try:
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        finally:
-            loop.run(server.stop(None))
+        with serving(engine, settings) as served:
+            yield served.stub
     finally:
-        loop.close()
         engine.shutdown()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
+import pytest
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
@@ -18,6 +20,7 @@ from nereid.server import build_engine
 from nereid.settings import ServerSettings
 from nereid.statistics import RequestTiming
 from tests.conftest import EXAMPLES
+from tests.frontends.grpc.conftest import CORES
 
 SETTINGS = ServerSettings(model_repositories=(EXAMPLES,), grpc_address="127.0.0.1", grpc_port=0)
 
@@ -72,8 +75,8 @@ def _request(request_id: str) -> pb.ModelInferRequest:
     return request
 
 
-async def _with_server(engine: Engine, scenario: object) -> None:
-    server, port = await start_grpc_server(engine, SETTINGS)
+async def _with_server(engine: Engine, scenario: object, core: str = "aio") -> None:
+    server, port = await start_grpc_server(engine, dataclasses.replace(SETTINGS, grpc=CORES[core]))
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             await scenario(service_pb2_grpc.GRPCInferenceServiceStub(channel))  # type: ignore[operator]
@@ -81,7 +84,7 @@ async def _with_server(engine: Engine, scenario: object) -> None:
         await server.stop(None)
 
 
-def _run_with_gated_model(scenario: object) -> GatedInstance:
+def _run_with_gated_model(scenario: object, core: str = "aio") -> GatedInstance:
     """Serve the examples with `simple` on a gated instance; run the scenario; return the instance."""
     engine = build_engine(SETTINGS)
     model = engine.models.get("simple")
@@ -92,7 +95,7 @@ def _run_with_gated_model(scenario: object) -> GatedInstance:
         async def main() -> None:
             model.scheduler = WatchedScheduler(instance)
             try:
-                await _with_server(engine, lambda stub: scenario(stub, model.scheduler, instance))  # type: ignore[operator]
+                await _with_server(engine, lambda stub: scenario(stub, model.scheduler, instance), core)  # type: ignore[operator]
             finally:
                 instance.gate.set()
                 model.scheduler.stop()  # finishes the queue: a cancelled job is skipped, not run
@@ -108,7 +111,8 @@ async def _running(instance: GatedInstance) -> None:
     await asyncio.wait_for(asyncio.to_thread(instance.running.wait, 30), 30)
 
 
-def test_cancelled_unary_request_leaves_the_queue() -> None:
+@pytest.mark.parametrize("core", sorted(CORES))
+def test_cancelled_unary_request_leaves_the_queue(core: str) -> None:
     async def scenario(
         stub: service_pb2_grpc.GRPCInferenceServiceStub, scheduler: WatchedScheduler, instance: GatedInstance
     ) -> None:
@@ -123,7 +127,7 @@ def test_cancelled_unary_request_leaves_the_queue() -> None:
         response = await first
         assert response.id == "first"
 
-    instance = _run_with_gated_model(scenario)
+    instance = _run_with_gated_model(scenario, core)
     assert instance.executions == 1  # `second` was dropped without running
 
 

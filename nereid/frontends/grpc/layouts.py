@@ -1,0 +1,179 @@
+"""Decoding the common ModelInferRequest from what it shares with the requests before it, and writing
+the common ModelInferResponse likewise.
+
+A load generator or a client sends the same request again and again with new tensor data: the same model,
+inputs (names, datatypes, shapes), outputs and parameters, and only `raw_input_contents` changing. Reading
+those fields through protobuf's wrappers costs more than the rest of decoding; here they are read once per
+*layout*: the bytes of the message before its raw contents. Serializers write fields in the order of their
+numbers, and raw_input_contents has the last one, so those bytes are the message less the raw contents'
+own (encoded) size.
+
+Soundness: the prefix is trusted only when it parses as a whole message with no raw contents. A prefix
+that ends inside a field fails to parse, so it ends on a field boundary; every raw content then lies in the
+rest, whose size is exactly theirs, so the rest holds nothing else and the prefix alone carries every other
+field of the request. Layouts that need more than views on raw bytes (parameters, shared memory, typed
+contents, BYTES, anything Triton refuses) are not kept: such requests take `decode_infer_request`, which
+checks and words everything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2 as pb
+
+from nereid.datatypes import WIRE_DATATYPES, numpy_dtype, tensor_to_bytes
+from nereid.errors import NereidError
+from nereid.frontends.grpc.codec import check_shape, decode_infer_request, encode_infer_response
+from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+
+# Layouts kept at most; past that the table starts again (requests that differ in their ids, say).
+MAX_LAYOUTS = 256
+# The wire datatypes whose raw contents are a plain array, and their numpy types.
+_ARRAY_DTYPES = {datatype: numpy_dtype(datatype) for datatype in WIRE_DATATYPES if datatype != "BYTES"}
+_RAW_TAG_SIZE = 1  # raw_input_contents is field 7, length-delimited: a one-byte tag
+
+
+@dataclass(frozen=True, slots=True)
+class _Input:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    byte_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Everything of a request but its raw contents, checked once."""
+
+    model_name: str
+    model_version: str
+    id: str
+    inputs: tuple[_Input, ...]
+    outputs: tuple[str, ...] | None
+
+    def request(self, contents: list[bytes]) -> InferRequest | None:
+        """The request with these raw contents; None when one has not its input's size (the general
+        decoder words that)."""
+        if len(contents) != len(self.inputs):
+            return None
+        inputs = []
+        for spec, data in zip(self.inputs, contents, strict=True):
+            if len(data) != spec.byte_size:
+                return None
+            array = np.ndarray(spec.shape, spec.dtype, data)  # a read-only view, as frombuffer gives
+            inputs.append(InferTensor(spec.name, spec.datatype, spec.shape, array, {}))
+        outputs = None
+        if self.outputs is not None:
+            outputs = [RequestedOutput(name, None, 0, {}, None) for name in self.outputs]
+        return InferRequest(self.model_name, self.model_version, inputs, outputs, self.id)
+
+
+def _varint_size(value: int) -> int:
+    size = 1
+    while value >= 0x80:
+        value >>= 7
+        size += 1
+    return size
+
+
+def _layout(prefix: bytes, raw_count: int) -> Layout | None:
+    """The layout of a prefix, or None where it is not one this module serves."""
+    try:
+        message = pb.ModelInferRequest.FromString(prefix)
+    except DecodeError:
+        return None
+    if message.raw_input_contents or message.parameters or len(message.inputs) != raw_count:
+        return None
+    inputs = []
+    for tensor in message.inputs:
+        dtype = _ARRAY_DTYPES.get(tensor.datatype)
+        if dtype is None or tensor.parameters or tensor.HasField("contents"):
+            return None
+        shape = tuple(tensor.shape)
+        try:
+            count = check_shape(shape, tensor.name)
+        except NereidError:
+            return None
+        inputs.append(_Input(tensor.name, tensor.datatype, shape, dtype, count * dtype.itemsize))
+    outputs = None
+    if message.outputs:
+        if any(output.parameters for output in message.outputs):
+            return None
+        outputs = tuple(output.name for output in message.outputs)
+    return Layout(message.model_name, message.model_version, message.id, tuple(inputs), outputs)
+
+
+class LayoutCache:
+    """Layouts of recent requests, by the bytes before their raw contents."""
+
+    def __init__(self) -> None:
+        self._layouts: dict[bytes, Layout | None] = {}
+
+    def decode(self, message: pb.ModelInferRequest, payload: bytes) -> InferRequest:
+        """What `decode_infer_request(message)` gives, `payload` being the message's bytes."""
+        contents = list(message.raw_input_contents)
+        if contents:
+            size = 0
+            for data in contents:
+                size += _RAW_TAG_SIZE + _varint_size(len(data)) + len(data)
+            prefix = payload[: len(payload) - size]
+            layouts = self._layouts
+            try:
+                layout = layouts[prefix]
+            except KeyError:
+                if len(layouts) >= MAX_LAYOUTS:
+                    layouts.clear()
+                layout = layouts[prefix] = _layout(prefix, len(contents))
+            if layout is not None:
+                request = layout.request(contents)
+                if request is not None:
+                    return request
+        return decode_infer_request(message)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_RAW_OUTPUT_TAG = b"\x32"  # raw_output_contents: field 6, length-delimited
+
+
+class ResponseLayouts:
+    """Serialized ModelInferResponses from the head (every field before raw_output_contents) of earlier
+    ones that said the same: the same bytes as protobuf writes, without building the message."""
+
+    def __init__(self) -> None:
+        self._heads: dict[tuple[Any, ...], bytes] = {}
+
+    def serialize(self, response: InferResponse) -> bytes:
+        if response.parameters:
+            return encode_infer_response(response).SerializeToString()
+        key: list[Any] = [response.model_name, response.model_version, response.id]
+        parts = []
+        for tensor in response.outputs:
+            if tensor.shared_memory is not None:
+                return encode_infer_response(response).SerializeToString()
+            key += (tensor.name, tensor.datatype, tuple(tensor.shape))
+            data = tensor_to_bytes(tensor.data, tensor.datatype)
+            parts += (_RAW_OUTPUT_TAG, _varint(len(data)), data)
+        heads = self._heads
+        head_key = tuple(key)
+        head = heads.get(head_key)
+        if head is None:
+            message = encode_infer_response(response)
+            message.ClearField("raw_output_contents")
+            if len(heads) >= MAX_LAYOUTS:
+                heads.clear()
+            head = heads[head_key] = message.SerializeToString()
+        parts.insert(0, head)
+        return b"".join(parts)

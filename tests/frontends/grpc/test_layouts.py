@@ -1,0 +1,200 @@
+"""Requests decoded from the layout of earlier ones read exactly as the general decoder reads them, errors
+included, however their bytes are laid out; responses written from the head of earlier ones are the bytes
+protobuf writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+
+from nereid.errors import NereidError
+from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response
+from nereid.frontends.grpc.layouts import MAX_LAYOUTS, LayoutCache, ResponseLayouts
+from nereid.shared_memory import SharedMemoryRef
+from nereid.types import InferRequest, InferResponse, InferTensor
+
+
+def _message(values: list[float], **changes: Any) -> pb.ModelInferRequest:
+    message = pb.ModelInferRequest(model_name="add_sub", model_version=changes.pop("version", ""))
+    message.id = changes.pop("id", "")
+    shape = changes.pop("shape", [1, len(values)])
+    datatype = changes.pop("datatype", "FP32")
+    for name in ("INPUT0", "INPUT1"):
+        message.inputs.add(name=name, datatype=datatype, shape=shape)
+        message.raw_input_contents.append(np.asarray(values, dtype=np.float32).tobytes())
+    for name in changes.pop("outputs", ("OUTPUT0", "OUTPUT1")):
+        message.outputs.add(name=name)
+    assert not changes
+    return message
+
+
+def _read(request: InferRequest) -> tuple[Any, ...]:
+    """Everything a request carries, arrays as (dtype, shape, bytes)."""
+    inputs = [
+        (
+            t.name,
+            t.datatype,
+            t.shape,
+            t.data.dtype.str,
+            t.data.shape,
+            t.data.tobytes(),
+            t.parameters,
+            t.shared_memory,
+        )
+        for t in request.inputs
+    ]
+    fields = (
+        "model_name",
+        "model_version",
+        "outputs",
+        "id",
+        "parameters",
+        "sequence_id",
+        "flags",
+        "priority",
+    )
+    return (inputs, *(getattr(request, f) for f in (*fields, "timeout_us")))
+
+
+def _outcome(decode: Any, *args: Any) -> Any:
+    try:
+        return _read(decode(*args))
+    except NereidError as exc:
+        return (type(exc), exc.message)
+
+
+def _same(cache: LayoutCache, message: pb.ModelInferRequest, payload: bytes | None = None) -> Any:
+    payload = message.SerializeToString() if payload is None else payload
+    parsed = pb.ModelInferRequest.FromString(payload)
+    expected = _outcome(decode_infer_request, parsed)
+    assert _outcome(cache.decode, parsed, payload) == expected
+    return expected
+
+
+def _variants() -> list[pb.ModelInferRequest]:
+    plain = _message([1.0, 2.0])
+    with_parameters = _message([1.0])
+    with_parameters.parameters["sequence_id"].int64_param = 7
+    tensor_parameters = _message([1.0])
+    tensor_parameters.inputs[0].parameters["x"].string_param = "y"
+    classified = _message([1.0])
+    classified.outputs[0].parameters["classification"].int64_param = 1
+    short = _message([1.0, 2.0])
+    short.raw_input_contents[1] = b"\0" * 4
+    extra = _message([1.0])
+    extra.raw_input_contents.append(b"\0" * 4)
+    missing = _message([1.0])
+    del missing.raw_input_contents[1]
+    typed = _message([])
+    del typed.raw_input_contents[:]
+    for tensor in typed.inputs:
+        tensor.contents.fp32_contents.append(1.0)
+    large = _message([0.5] * 40000)  # raw contents with two-byte and three-byte lengths
+    return [
+        plain,
+        _message([3.0], id="request-1", version="1"),
+        _message([1.0], outputs=()),
+        _message([1.0] * 4, shape=[2, 2]),
+        _message([1.0], shape=[1, -1]),
+        _message([1.0], datatype="BYTES"),
+        _message([1.0], datatype="NOPE"),
+        _message([1.0, 2.0], datatype="FP16"),
+        large,
+        with_parameters,
+        tensor_parameters,
+        classified,
+        short,
+        extra,
+        missing,
+        typed,
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_variants())))
+def test_each_request_reads_as_the_general_decoder_reads_it_first_and_again(index: int) -> None:
+    cache = LayoutCache()
+    message = _variants()[index]
+    _same(cache, message)  # learns the layout
+    _same(cache, message)  # uses it
+    again = pb.ModelInferRequest()
+    again.CopyFrom(message)
+    if again.raw_input_contents:
+        again.raw_input_contents[0] = bytes(reversed(again.raw_input_contents[0]))
+    _same(cache, again)
+
+
+def test_a_request_shaped_like_an_earlier_one_but_not_sized_like_it_is_refused_in_the_same_words() -> None:
+    cache = LayoutCache()
+    _same(cache, _message([1.0, 2.0]))
+    short = _message([1.0, 2.0])
+    short.raw_input_contents[0] = b"\0" * 12
+    outcome = _same(cache, short)  # an error, worded by the general decoder
+    assert isinstance(outcome[1], str) and "byte size mismatch" in outcome[1]
+    more = _message([1.0, 2.0])
+    more.raw_input_contents.append(b"\0" * 8)
+    _same(cache, more)
+
+
+def test_raw_contents_written_before_other_fields_are_read_right() -> None:
+    """A serializer may write fields in any order: a raw content first, then the rest."""
+    cache = LayoutCache()
+    message = _message([1.0, 2.0])
+    head = pb.ModelInferRequest()
+    head.raw_input_contents.append(message.raw_input_contents[0])
+    rest = pb.ModelInferRequest()
+    rest.CopyFrom(message)
+    del rest.raw_input_contents[0]
+    payload = head.SerializeToString() + rest.SerializeToString()
+    _same(cache, message)
+    decoded = _same(cache, message, payload)
+    assert isinstance(decoded, tuple) and len(decoded[0]) == 2
+    # and a layout learned from such bytes serves the ordinary ones too
+    fresh = LayoutCache()
+    _same(fresh, message, payload)
+    _same(fresh, message)
+
+
+def test_the_table_of_layouts_is_bounded() -> None:
+    cache = LayoutCache()
+    for i in range(MAX_LAYOUTS + 10):
+        _same(cache, _message([1.0], id=f"request-{i}"))
+    assert len(cache._layouts) <= MAX_LAYOUTS
+
+
+def _responses() -> list[InferResponse]:
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    words = np.array([b"one", b"", b"three"], dtype=np.object_)
+    large = np.zeros((1, 40000), dtype=np.float32)  # raw contents with a three-byte length
+    region = SharedMemoryRef("region", 0, 64)
+    return [
+        InferResponse(
+            "add_sub",
+            "1",
+            [InferTensor("OUTPUT0", "FP32", (1, 16), a), InferTensor("OUTPUT1", "FP32", (1, 16), a)],
+        ),
+        InferResponse("add_sub", "1", [InferTensor("OUTPUT0", "FP32", (1, 16), a)], "request-7"),
+        InferResponse(
+            "m",
+            "",
+            [InferTensor("WORDS", "BYTES", (3,), words), InferTensor("BIG", "FP32", (1, 40000), large)],
+        ),
+        InferResponse("m", "2", [InferTensor("EMPTY", "INT32", (0, 4), np.zeros((0, 4), np.int32))]),
+        InferResponse("m", "2", []),
+        InferResponse("m", "2", [InferTensor("OUT", "FP32", (1, 16), a)], "", {"sequence_id": 3}),
+        InferResponse("m", "2", [InferTensor("OUT", "FP32", (1, 16), a, {}, region)]),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_responses())))
+def test_responses_are_written_as_protobuf_writes_them_first_and_again(index: int) -> None:
+    layouts = ResponseLayouts()
+    response = _responses()[index]
+    expected = encode_infer_response(response).SerializeToString()
+    assert layouts.serialize(response) == expected  # learns the head
+    assert layouts.serialize(response) == expected  # uses it
+    if response.outputs and response.outputs[0].datatype == "FP32":
+        response.outputs[0].data = response.outputs[0].data + 1  # new data, the same head
+        assert layouts.serialize(response) == encode_infer_response(response).SerializeToString()
