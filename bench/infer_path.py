@@ -11,6 +11,11 @@ busy host, and under `valgrind --tool=callgrind` (`--requests` small) as instruc
     python bench/infer_path.py [--concurrency 16] [--requests 20000] [--rounds 5] [--split]
     valgrind --tool=callgrind --callgrind-out-file=/dev/null python bench/infer_path.py --requests 4000 --rounds 1
 
+`--no-batching` serves add_sub as it ships, without `dynamic_batching` (the default scheduler: one
+execution per request); `--mode process` runs it in a worker process, as Triton does. Under callgrind only
+the server process is counted, and a process-mode worker neither polls nor is polled for (busy-wait 0), so
+that the count does not depend on how the two processes happen to interleave.
+
 With `--instructions N1,N2` it runs itself twice under callgrind, with N1 and N2 requests, and prints the
 instructions per request from the difference (start-up and model loading cancel out).
 
@@ -113,12 +118,13 @@ def _run(args: argparse.Namespace) -> list[tuple[float, float]]:
     with tempfile.TemporaryDirectory(prefix="nereid-bench-path-") as tmp:
         repository = Path(tmp)
         shutil.copytree(SOURCE, repository / MODEL)
-        config = repository / MODEL / "config.pbtxt"
-        config.write_text(config.read_text() + "dynamic_batching { }\n")
-        settings = ServerSettings(
-            model_repositories=(repository,),
-            backend_config={"python": {"execution-mode": args.mode}},
-        )
+        if not args.no_batching:
+            config = repository / MODEL / "config.pbtxt"
+            config.write_text(config.read_text() + "dynamic_batching { }\n")
+        python = {"execution-mode": args.mode}
+        if args.busy_wait_us is not None:
+            python["busy-wait-microseconds"] = str(args.busy_wait_us)
+        settings = ServerSettings(model_repositories=(repository,), backend_config={"python": python})
         engine = build_engine(settings)
         try:
             frontend = HttpFrontend(engine, settings)
@@ -129,12 +135,22 @@ def _run(args: argparse.Namespace) -> list[tuple[float, float]]:
 
 def _options(args: argparse.Namespace) -> list[str]:
     """The options beyond the shared ones, for the runs under callgrind."""
-    return ["--split"] if args.split else []
+    return [
+        "--busy-wait-us=0" if args.busy_wait_us is None else f"--busy-wait-us={args.busy_wait_us}",
+        *(["--split"] if args.split else []),
+        *(["--no-batching"] if args.no_batching else []),
+    ]
 
 
 def main() -> None:
     parser = path_parser(__doc__)
     parser.add_argument("--split", action="store_true", help="head and body in two reads")
+    parser.add_argument(
+        "--no-batching", action="store_true", help="no dynamic_batching: the default scheduler"
+    )
+    parser.add_argument(
+        "--busy-wait-us", type=int, help="process mode's busy-wait-microseconds (0 under --instructions)"
+    )
     path_main(parser, _run, _options, __file__)
 
 

@@ -24,8 +24,9 @@ from nereid.engine_client import (
 )
 from nereid.errors import DecoupledModel, InvalidArgument, Unavailable
 from nereid.log_settings import LogSettings, ServerLog
-from nereid.queued_infer import QueuedBatcherInfer, infer_response
+from nereid.queued_infer import QueuedSchedulerInfer, infer_response
 from nereid.repository import ModelManager, ModelVersion
+from nereid.scheduling.default import DefaultScheduler
 from nereid.scheduling.dynamic import DynamicBatcher
 from nereid.settings import ServerSettings
 from nereid.shared_memory import SharedMemoryRegistry
@@ -142,18 +143,18 @@ class Engine:
             model.statistics.record_cache_miss(lookup_ns + time.perf_counter_ns() - insert_start)
         return infer_response(model, request, outputs, getattr(results, "parameters", None))
 
-    def infer_queued(self, request: InferRequest) -> QueuedBatcherInfer | None:
+    def infer_queued(self, request: InferRequest) -> QueuedSchedulerInfer | None:
         model = self.models.get(request.model_name, request.model_version, request.model_namespace)
-        batcher = model.scheduler
+        scheduler = model.scheduler
         if (
-            type(batcher) is not DynamicBatcher
+            not isinstance(scheduler, (DynamicBatcher, DefaultScheduler))
             or model.decoupled
             or (model.response_cache and self._cache is not None)
             or request.shared_memory_regions()
         ):
             return None
         admission = Admission(model, request, self.shared_memory)  # counted in flight, checked
-        return QueuedBatcherInfer(model, request, admission, batcher)
+        return QueuedSchedulerInfer(model, request, admission, scheduler)
 
     async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
         """Any number of responses (decoupled models, see nereid.streaming); one, final, for the others."""

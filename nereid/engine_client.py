@@ -113,7 +113,8 @@ class QueuedInfer(Protocol):
     """A unary request admitted and queued, whose answer comes by callback instead of being awaited."""
 
     def then(self, callback: Callable[[InferResponse | BaseException], None]) -> None:
-        """Call `callback` once, on the event loop, with the response or the error (call once)."""
+        """Call `callback` once, on the event loop, with the response or the error (call once): before
+        `then` returns where the model answered already (it ran on the event loop)."""
         ...
 
     def cancel(self) -> None:
@@ -125,8 +126,9 @@ class EngineClient(ModelServices, Protocol):
     """Everything a frontend asks of the engine. `version` "" means: as the version policy picks."""
 
     def infer_queued(self, request: InferRequest) -> QueuedInfer | None:
-        """`infer` without a coroutine, where the model's scheduler queues requests (the dynamic batcher):
-        the request is admitted and queued now. None where it cannot be; then the caller awaits `infer`."""
+        """`infer` without a coroutine, where the model's scheduler takes a callback (the dynamic batcher, the
+        default scheduler): the request is admitted and queued now. None where it cannot be; then the
+        caller awaits `infer`."""
         ...
 
     # health

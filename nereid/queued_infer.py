@@ -1,55 +1,76 @@
-"""A unary request to a dynamic batcher answered by callback: no coroutine and no Task per request.
+"""A unary request to a dynamic batcher or the default scheduler answered by callback: no coroutine and no
+Task per request.
 
-`Engine.infer` awaits the batcher's future through several coroutines, each resumed when the batch is
-done; for a model that takes microseconds that is a good share of a request's CPU. Here the request is
-admitted and queued at once, and the batcher calls it back when its batch is done (no future, no callback
-scheduled per request): that finishes it (statistics, tracing, release) and hands the response on. What
-may wait for something else (the response cache, shared-memory regions held, decoupled models, other
-schedulers) keeps the awaited path.
+`Engine.infer` awaits the scheduler's future through several coroutines, each resumed when the execution
+is done; for a model that takes microseconds that is a good share of a request's CPU. Here the request is
+admitted and queued at once, and the scheduler calls it back when its execution is done (no future, no
+callback scheduled per request): that finishes it (statistics, tracing, release) and hands the response
+on. What may wait for something else (the response cache, shared-memory regions held, decoupled models,
+sequence batching, ensembles) keeps the awaited path.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from nereid.admission import Admission
-from nereid.backends.base import BackendResult
+from nereid.backends.base import BackendRequest, BackendResult
 from nereid.repository.model import ModelVersion
-from nereid.scheduling.dynamic import DynamicBatcher, QueuedRequest
+from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor
 
 Answer = Callable[[InferResponse | BaseException], None]
+Done = Callable[[BackendResult], None]
 
 
-class QueuedBatcherInfer:
-    """The QueuedInfer of a request in a dynamic batcher's queue."""
+class _Entry(Protocol):
+    done: Done | None  # None once answered, or once its caller withdrew it
 
-    __slots__ = ("_model", "_request", "_admission", "_batcher", "_entry", "_answer")
+
+class CallbackScheduler(Protocol):
+    """A scheduler that takes a request with a callback (DynamicBatcher, DefaultScheduler)."""
+
+    def enqueue(self, request: BackendRequest, timing: RequestTiming | None, done: Done) -> _Entry: ...
+
+    def withdraw(self, entry: Any) -> None: ...
+
+
+class QueuedSchedulerInfer:
+    """The QueuedInfer of a request handed to a scheduler with a callback."""
+
+    __slots__ = ("_model", "_request", "_admission", "_scheduler", "_entry", "_answer", "_early")
 
     def __init__(
-        self, model: ModelVersion, request: InferRequest, admission: Admission, batcher: DynamicBatcher
+        self, model: ModelVersion, request: InferRequest, admission: Admission, scheduler: CallbackScheduler
     ) -> None:
         self._model = model
         self._request = request
         self._admission = admission
-        self._batcher = batcher
+        self._scheduler = scheduler
         self._answer: Answer | None = None
+        self._early: InferResponse | BaseException | None = None
         try:
-            self._entry: QueuedRequest = batcher.enqueue(admission.backend, admission.timing, self._resolved)
+            self._entry = scheduler.enqueue(admission.backend, admission.timing, self._resolved)
         except BaseException as exc:
             admission.failed(exc)
             raise
 
     def then(self, callback: Answer) -> None:
-        self._answer = callback  # the batcher answers on a later turn of the event loop, never before
+        early = self._early
+        if early is None:
+            self._answer = callback
+        else:  # a model run on the event loop answered inside enqueue
+            self._early = None
+            callback(early)
 
     def cancel(self) -> None:
         entry = self._entry
         if entry.done is None:  # answered already
+            self._early = None
             return
-        self._batcher.withdraw(entry)
+        self._scheduler.withdraw(entry)
         self._answer = None
         self._admission.failed(asyncio.CancelledError())
 
@@ -57,19 +78,23 @@ class QueuedBatcherInfer:
         answer = self._answer
         self._answer = None  # which refers back to this object: no cycle left for the garbage collector
         admission = self._admission
+        value: InferResponse | BaseException
         if isinstance(result, BaseException):
             admission.failed(result)
-            if answer is not None:
-                answer(result)
-            return
-        try:
-            outputs = admission.finish(result)  # which records a failure itself
-        except Exception as exc:
-            if answer is not None:
-                answer(exc)
-            return
+            value = result
+        else:
+            try:
+                outputs = admission.finish(result)  # which records a failure itself
+            except Exception as exc:
+                value = exc
+            else:
+                value = infer_response(
+                    self._model, self._request, outputs, getattr(result, "parameters", None)
+                )
         if answer is not None:
-            answer(infer_response(self._model, self._request, outputs, getattr(result, "parameters", None)))
+            answer(value)
+        else:  # `then` comes next (a withdrawn request is never answered)
+            self._early = value
 
 
 def infer_response(

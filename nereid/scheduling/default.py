@@ -5,23 +5,32 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
 from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance, Outputs
 from nereid.errors import Unavailable
-from nereid.scheduling.instances import INLINE_EXECUTION_LIMIT_S, InstancePool, resolve
+from nereid.scheduling.instances import INLINE_EXECUTION_LIMIT_S, InstancePool, settle
 from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.statistics import RequestTiming
 
 
-@dataclass(frozen=True, slots=True)
-class _Job:
+@dataclass(eq=False, slots=True)
+class Job:
+    """A request on its way to an instance. Its outputs or its error go, once and on the event loop, to
+    `done` where the caller gave one (no future per request), else to `future`."""
+
     request: BackendRequest
-    future: asyncio.Future[Outputs]
+    future: asyncio.Future[Outputs] | None
     timing: RequestTiming | None
     queued_ns: int
+    done: Callable[[BackendResult], None] | None = None
+
+    def abandoned(self) -> bool:
+        """Nobody waits for the result any more (answered, or its caller went away)."""
+        future = self.future
+        return self.done is None if future is None else future.done()
 
 
 class DefaultScheduler:
@@ -49,25 +58,44 @@ class DefaultScheduler:
             claims=claims,
         )
         self.pool.on_room = self._dispatch_waiting
-        self._waiting: collections.deque[_Job] = collections.deque()
+        self._waiting: collections.deque[Job] = collections.deque()
 
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         """The request's outputs; `timing`, when given, receives the queue and execution times."""
-        pool = self.pool
-        if pool.closed:
+        if self.pool.closed:
             raise Unavailable(f"model {self._label} is unloading")
         future: asyncio.Future[Outputs] = asyncio.get_running_loop().create_future()
-        job = _Job(request, future, timing, time.perf_counter_ns() if timing is not None else 0)
+        self._start(Job(request, future, timing, time.perf_counter_ns() if timing is not None else 0))
+        # A cancelled caller leaves its request running if it started; the result is then dropped.
+        return await future
+
+    def enqueue(
+        self, request: BackendRequest, timing: RequestTiming | None, done: Callable[[BackendResult], None]
+    ) -> Job:
+        """`execute` without waiting: `done` gets the outputs or the error once, on the event loop, for a
+        caller that waits with no coroutine (the HTTP infer path). A model that runs inline has answered
+        before this returns. A caller that goes away calls `withdraw`."""
+        if self.pool.closed:
+            raise Unavailable(f"model {self._label} is unloading")
+        job = Job(request, None, timing, time.perf_counter_ns() if timing is not None else 0, done)
+        self._start(job)
+        return job
+
+    def withdraw(self, job: Job) -> None:
+        """Its caller went away: a request still waiting is skipped; one that started has its result
+        dropped (as for a cancelled `execute`)."""
+        job.done = None
+
+    def _start(self, job: Job) -> None:
+        pool = self.pool
         if self._waiting:
             self._waiting.append(job)
         elif (index := pool.inline_index()) >= 0:
-            pool.run_inline(index, (request,), partial(self._finished, job))
+            pool.run_inline(index, (job.request,), partial(self._finished, job))
         elif (index := pool.with_room()) >= 0:
-            pool.submit(index, (request,), partial(self._finished, job), future.done)
+            pool.submit(index, (job.request,), partial(self._finished, job), job.abandoned)
         else:
             self._waiting.append(job)
-        # A cancelled caller leaves its request running if it started; the result is then dropped.
-        return await future
 
     def pending(self) -> int:
         """Requests waiting for an instance, those held ready behind a running execution included: as in
@@ -84,22 +112,23 @@ class DefaultScheduler:
         """Fail what waits, let running executions finish, then close the instances."""
         self.pool.stop(self._fail_waiting)
 
-    def _finished(self, job: _Job, results: list[BackendResult], started_ns: int, ended_ns: int) -> None:
+    def _finished(self, job: Job, results: list[BackendResult], started_ns: int, ended_ns: int) -> None:
         if job.timing is not None:
             job.timing.queue_ns = max(0, started_ns - job.queued_ns)
             job.timing.infer_ns = ended_ns - started_ns
-        resolve(job.future, results[0])
-        self._dispatch_waiting()
+        settle(job, results[0])
+        if self._waiting:
+            self._dispatch_waiting()
 
     def _dispatch_waiting(self) -> None:
         """An instance that made room takes the oldest request whose caller is still there."""
         pool = self.pool
         while self._waiting and (index := pool.with_room()) >= 0:
             waiting = self._waiting.popleft()
-            if not waiting.future.done():
-                pool.submit(index, (waiting.request,), partial(self._finished, waiting), waiting.future.done)
+            if not waiting.abandoned():
+                pool.submit(index, (waiting.request,), partial(self._finished, waiting), waiting.abandoned)
 
     def _fail_waiting(self) -> None:
         waiting, self._waiting = self._waiting, collections.deque()
         for job in waiting:
-            resolve(job.future, Unavailable(f"model {self._label} is unloading"))
+            settle(job, Unavailable(f"model {self._label} is unloading"))

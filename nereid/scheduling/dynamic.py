@@ -30,7 +30,7 @@ from nereid.backends.base import (
 from nereid.errors import QueueFull, QueueTimeout, Unavailable, request_prefix
 from nereid.scheduling.base import DELAY_SCHEDULER_ENV, delay_count
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
-from nereid.scheduling.instances import InstancePool, resolve
+from nereid.scheduling.instances import InstancePool, settle
 from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.statistics import ModelStatistics, RequestTiming
 
@@ -264,7 +264,7 @@ class DynamicBatcher:
                 chosen = [self._queue[i] for i in decision.run]
                 self._remove(rejected)
                 for entry in rejected:
-                    _settle(entry, QueueTimeout("Request timeout expired"))
+                    settle(entry, QueueTimeout("Request timeout expired"))
             else:
                 chosen = [self._queue[i] for i in decision.run]
             if not chosen:
@@ -349,26 +349,13 @@ class DynamicBatcher:
             size = sum(e.pending.batch_size for e in entries)
             self._statistics.record_execution(size, 0, batch.infer_ns, time.perf_counter_ns() - answering)
         for entry, result in zip(entries, batch.results, strict=True):
-            _settle(entry, result)
+            settle(entry, result)
 
     def _fail_queued(self) -> None:
         queued, self._queue = self._queue, []
         self._queued_per_level.clear()
         for entry in queued:
-            _settle(entry, Unavailable(f"model {self._label} is unloading"))
+            settle(entry, Unavailable(f"model {self._label} is unloading"))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = self._timer_at = None
-
-
-def _settle(entry: QueuedRequest, result: BackendResult) -> None:
-    """Hand a request its result, once: to its callback, or to its future (unless it went away)."""
-    done = entry.done
-    if done is not None:
-        entry.done = None
-        try:
-            done(result)
-        except Exception:  # one caller's failure must not keep the rest of its batch unanswered
-            log.exception("a queued request's completion failed")
-    elif entry.future is not None:
-        resolve(entry.future, result)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
 from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance, Outputs
 from nereid.errors import InternalError, NereidError, Unavailable
@@ -356,6 +356,26 @@ class InstancePool:
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+class Answerable(Protocol):
+    """A request a scheduler holds: answered by `done` where the caller gave one, else by `future`."""
+
+    done: Callable[[BackendResult], None] | None
+    future: asyncio.Future[Outputs] | None
+
+
+def settle(entry: Answerable, result: BackendResult) -> None:
+    """Hand a request its result, once: to its callback, or to its future (unless its caller left)."""
+    done = entry.done
+    if done is not None:
+        entry.done = None
+        try:
+            done(result)
+        except Exception:  # one caller's failure must not keep the others (or the scheduler) waiting
+            log.exception("a request's completion failed")
+    elif entry.future is not None:
+        resolve(entry.future, result)
 
 
 def resolve(future: asyncio.Future[Outputs], result: BackendResult | BaseException) -> None:

@@ -1,5 +1,6 @@
-"""HTTP infer requests to a batched model, answered by callback (no coroutine per request): responses,
-errors, statistics and a client that leaves while its request is queued."""
+"""HTTP infer requests answered by callback (no coroutine per request), to a batched model and to one under
+the default scheduler: responses, errors, statistics and a client that leaves while its request is
+queued."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from nereid.engine import Engine
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
-from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, _Connection
+from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, HttpResponse, _Connection
 from nereid.server import build_engine
 from nereid.settings import ServerSettings
 
@@ -35,16 +36,20 @@ class _Transport(asyncio.Transport):
 @pytest.fixture()
 def engine(tmp_path: Path) -> Iterator[tuple[Engine, ServerSettings, Path]]:
     shutil.copytree(MODELS, tmp_path / "models")
+    twin = tmp_path / "models" / "gate_default" / "1"  # gate's twin, with gate's model.py
+    twin.mkdir()
+    shutil.copy(MODELS / "gate" / "1" / "model.py", twin)
     settings = ServerSettings(model_repositories=(tmp_path / "models",))
     engine = build_engine(settings)
     try:
         yield engine, settings, tmp_path / "models" / "gate" / "release"
     finally:
-        (tmp_path / "models" / "gate" / "release").touch()  # a blocked execution lets the instance stop
+        for gated in ("gate", "gate_default"):  # a blocked execution lets the instance stop
+            (tmp_path / "models" / gated / "release").touch()
         engine.shutdown()
 
 
-def _infer(value: float, name: str = "IN") -> bytes:
+def _infer(value: float, name: str = "IN", model: str = "gate") -> bytes:
     header = orjson.dumps(
         {
             "inputs": [
@@ -54,7 +59,7 @@ def _infer(value: float, name: str = "IN") -> bytes:
     )
     body = header + struct.pack("<f", value)
     head = (
-        f"POST /v2/models/gate/infer HTTP/1.1\r\nhost: x\r\ninference-header-content-length: {len(header)}\r\n"
+        f"POST /v2/models/{model}/infer HTTP/1.1\r\nhost: x\r\ninference-header-content-length: {len(header)}\r\n"
         f"content-length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
@@ -122,3 +127,124 @@ def test_errors_read_as_on_the_awaited_path(engine: tuple[Engine, ServerSettings
             assert now.status in (400, 404)  # type: ignore[union-attr]
 
     asyncio.run(scenario())
+
+
+def test_a_client_leaving_withdraws_its_request_from_the_default_scheduler(
+    engine: tuple[Engine, ServerSettings, Path],
+) -> None:
+    core, settings, gate_release = engine
+    model = core.models.get("gate_default", "")
+    release = _release(gate_release)
+
+    async def scenario() -> None:
+        frontend = HttpFrontend(core, settings)
+        server = HttpServer(frontend.dispatch, error_response, 1 << 20)
+        running, running_transport = _connect(server)
+        running.data_received(_infer(1.0, model="gate_default"))
+        await _until(lambda: model.inflight == 1 and model.scheduler.pending() == 0)  # executing
+        held, held_transport = _connect(server)
+        held.data_received(_infer(2.0, model="gate_default"))  # held ready behind the running one
+        waiting, waiting_transport = _connect(server)
+        waiting.data_received(_infer(3.0, model="gate_default"))  # waits for the instance
+        assert model.scheduler.pending() == 2 and model.inflight == 3
+        held.connection_lost(None)
+        waiting.connection_lost(None)
+        assert model.statistics.failures["CANCELED"] == 2 and model.inflight == 1
+        release.touch()
+        await _until(lambda: running_transport.written)
+        response = running_transport.written[0]
+        assert response.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert response.endswith(b'"data":[1.0]}]}')
+        assert held_transport.written == [] and waiting_transport.written == []
+        await _until(lambda: model.scheduler.pending() == 0)  # the withdrawn ones were skipped
+        stats = core.statistics("gate_default")["model_stats"][0]
+        assert stats["inference_stats"]["success"]["count"] == 1
+        assert stats["inference_stats"]["fail"]["count"] == 2
+        assert stats["execution_count"] == 1 and model.inflight == 0
+
+    asyncio.run(scenario())
+
+
+def test_the_default_scheduler_answers_by_callback_and_counts_as_the_awaited_path(
+    engine: tuple[Engine, ServerSettings, Path],
+) -> None:
+    core, settings, gate_release = engine
+    _release(gate_release).touch()
+
+    async def scenario() -> None:
+        frontend = HttpFrontend(core, settings)
+        request = _http_request(_infer(4.0, model="gate_default"))
+        now = await _answered_by_callback(frontend, request)
+        awaited = await frontend.handle(request)
+        assert (now.status, now.body) == (awaited.status, awaited.body)
+        assert now.body.endswith(b'"data":[4.0]}]}')
+
+    asyncio.run(scenario())
+    stats = core.statistics("gate_default")["model_stats"][0]
+    inference = stats["inference_stats"]
+    assert inference["success"]["count"] == 2 and stats["execution_count"] == 2
+    assert inference["queue"]["count"] == inference["compute_infer"]["count"] == 2
+    assert inference["compute_infer"]["ns"] > 0
+
+
+def test_a_worker_process_model_fails_by_callback_as_on_the_awaited_path(
+    engine: tuple[Engine, ServerSettings, Path],
+) -> None:
+    core, settings, _ = engine
+
+    async def scenario() -> None:
+        frontend = HttpFrontend(core, settings)
+        for value, status in ((3.0, 200), (-1.0, 500)):
+            request = _http_request(_infer(value, model="checked"))
+            now = await _answered_by_callback(frontend, request)
+            awaited = await frontend.handle(request)
+            assert (now.status, now.body) == (awaited.status, awaited.body)
+            assert now.status == status
+        assert b"negative input" in now.body
+
+    asyncio.run(scenario())
+    inference = core.statistics("checked")["model_stats"][0]["inference_stats"]
+    assert inference["success"]["count"] == 2 and inference["fail"]["count"] == 2
+
+
+async def _answered_by_callback(frontend: HttpFrontend, request: HttpRequest) -> HttpResponse:
+    deferred = frontend.dispatch(request)
+    assert isinstance(deferred, DeferredResponse)
+    answered: asyncio.Future[HttpResponse] = asyncio.get_running_loop().create_future()
+    deferred.then(answered.set_result)
+    return await answered
+
+
+def _release(gate_release: Path) -> Path:
+    """The file whose appearance lets gate_default's executions go on (beside gate's)."""
+    return gate_release.parent.parent / "gate_default" / "release"
+
+
+def _http_request(raw: bytes) -> HttpRequest:
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return HttpRequest("POST", lines[0].split(" ")[1], "", headers, payload)
+
+
+def test_a_model_run_on_the_event_loop_is_answered_before_dispatch_returns(
+    engine: tuple[Engine, ServerSettings, Path],
+) -> None:
+    core, settings, _ = engine
+
+    async def scenario() -> None:
+        frontend = HttpFrontend(core, settings)
+        server = HttpServer(frontend.dispatch, error_response, 1 << 20)
+        connection, transport = _connect(server)
+        raw = _infer(5.0, name="INPUT0", model="echo")
+        connection.data_received(raw)  # the first execution is measured on the instance's thread
+        await _until(lambda: transport.written)
+        connection.data_received(raw)  # measured fast: runs inline, answered at once
+        assert len(transport.written) == 2
+        awaited = await frontend.handle(_http_request(raw))
+        assert transport.written[1].endswith(awaited.body)
+        assert b'"parameters":' in awaited.body and awaited.body.endswith(b'"data":[5.0]}]}')
+
+    asyncio.run(scenario())
+    inference = core.statistics("echo")["model_stats"][0]["inference_stats"]
+    assert inference["success"]["count"] == 3

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from nereid.backends.base import BackendRequest, BackendResult
-from nereid.errors import InternalError
+from nereid.errors import InternalError, Unavailable
 from nereid.scheduling.default import DefaultScheduler
+from nereid.statistics import RequestTiming
 
 
 class RecordingInstance:
@@ -124,3 +125,71 @@ def _gate_next_execution(instance: RecordingInstance, gate: threading.Event) -> 
 
     instance.execute = gated  # type: ignore[method-assign]
     return started
+
+
+def test_a_request_enqueued_with_a_callback_is_answered_by_it() -> None:
+    instance = RecordingInstance()
+    scheduler = DefaultScheduler("m", [instance], inline_limit_s=3600.0)
+    answers: list[BackendResult] = []
+    try:
+
+        async def go() -> None:
+            loop = asyncio.get_running_loop()
+            answered = loop.create_future()
+
+            def done(result: BackendResult) -> None:
+                answers.append(result)
+                answered.set_result(None)
+
+            timing = RequestTiming()
+            job = scheduler.enqueue(_request(1), timing, done)  # first: measured on the instance thread
+            assert answers == [] and job.done is done
+            await answered
+            assert job.done is None and timing.infer_ns > 0
+            # measured fast: the next one runs on the event loop and is answered before enqueue returns
+            scheduler.enqueue(_request(2), None, answers.append)
+            assert len(answers) == 2
+
+        asyncio.run(go())
+        assert [int(np.asarray(a["OUT"])[0]) for a in answers] == [2, 3]  # type: ignore[index]
+    finally:
+        scheduler.stop()
+
+
+def test_withdrawn_requests_are_skipped_and_never_answered() -> None:
+    instance = RecordingInstance()
+    scheduler = DefaultScheduler("m", [instance], inline_limit_s=0.0)
+    gate = threading.Event()
+    answers: list[int] = []
+    try:
+
+        async def go() -> None:
+            loop = asyncio.get_running_loop()
+            started = _gate_next_execution(instance, gate)
+            first = loop.create_future()
+            scheduler.enqueue(_request(0), None, first.set_result)
+            assert await asyncio.to_thread(started.wait, 10)
+            held = scheduler.enqueue(_request(1), None, lambda r: answers.append(1))  # behind the running one
+            waiting = scheduler.enqueue(_request(2), None, lambda r: answers.append(2))  # for a free instance
+            assert scheduler.pending() == 2
+            scheduler.withdraw(held)
+            scheduler.withdraw(waiting)
+            last = loop.create_future()
+            scheduler.enqueue(_request(3), None, last.set_result)
+            gate.set()
+            assert int(np.asarray((await first)["OUT"])[0]) == 1
+            assert int(np.asarray((await last)["OUT"])[0]) == 4
+
+        asyncio.run(go())
+        assert answers == []
+        assert len(instance.threads) == 2  # the withdrawn requests never ran
+    finally:
+        gate.set()
+        scheduler.stop()
+
+
+def test_enqueue_on_an_unloading_model_is_refused() -> None:
+    scheduler = DefaultScheduler("m", [RecordingInstance()])
+    scheduler.stop()
+    with pytest.raises(Unavailable, match="model m is unloading"):
+        scheduler.enqueue(_request(0), None, lambda r: None)

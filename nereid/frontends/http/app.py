@@ -133,7 +133,7 @@ class HttpFrontend:
         self._large_bodies.close()
 
     def dispatch(self, request: HttpRequest) -> Awaitable[HttpResponse] | HttpResponse | DeferredResponse:
-        """What the HTTP server calls: `handle`, except that an infer request to a batched model is answered
+        """What the HTTP server calls: `handle`, except that an infer request to a model is answered
         by callback (a DeferredResponse) where nothing on its way needs a coroutine."""
         if request.method == "POST" and not self._restricted:
             path = request.path

@@ -84,7 +84,7 @@ class Tracing(Protocol):
 
 class DeferredResponse:
     """A response a handler answers later by callback, with no coroutine waiting for it: the HTTP infer
-    path of a batched model, where a coroutine and a Task per request would cost more than the model."""
+    path of most models, where a coroutine and a Task per request would cost more than the model."""
 
     __slots__ = ()
 
