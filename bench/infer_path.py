@@ -14,6 +14,8 @@ busy host, and under `valgrind --tool=callgrind` (`--requests` small) as instruc
 With `--instructions N1,N2` it runs itself twice under callgrind, with N1 and N2 requests, and prints the
 instructions per request from the difference (start-up and model loading cancel out).
 
+`--traced` traces every request (rate 1, TIMESTAMPS, a trace file written every 1000 traces).
+
 `--split` sends each request's head and body in two reads, as libcurl (perf_analyzer) writes them.
 """
 
@@ -40,6 +42,7 @@ from nereid.frontends.http import HttpFrontend, HttpServer, error_response  # no
 from nereid.frontends.http.protocol import _Connection  # noqa: E402
 from nereid.server import build_engine  # noqa: E402
 from nereid.settings import ServerSettings  # noqa: E402
+from nereid.tracing.config import LEVEL_TIMESTAMPS, TraceConfig  # noqa: E402
 
 MODEL = "add_sub"
 SOURCE = ROOT / "examples" / "python_model_repository" / MODEL
@@ -70,10 +73,12 @@ class _Counter:
 
 
 async def _drive(
-    frontend: HttpFrontend, concurrency: int, requests: int, rounds: int, split: bool
+    frontend: HttpFrontend, concurrency: int, requests: int, rounds: int, split: bool, tracing: object
 ) -> list[tuple[float, float]]:
     loop = asyncio.get_running_loop()
-    server = HttpServer(getattr(frontend, "dispatch", frontend.handle), error_response, 1 << 20)
+    server = HttpServer(
+        getattr(frontend, "dispatch", frontend.handle), error_response, 1 << 20, tracing=tracing
+    )
     counter = _Counter()
     connections = []
     for _ in range(concurrency):
@@ -118,14 +123,23 @@ def _run(args: argparse.Namespace) -> list[tuple[float, float]]:
         shutil.copytree(SOURCE, repository / MODEL)
         config = repository / MODEL / "config.pbtxt"
         config.write_text(config.read_text() + "dynamic_batching { }\n")
+        trace = TraceConfig()
+        if args.traced:  # every request, written every 1000 traces as bench/dynamic_batching.py --traced
+            trace = TraceConfig(
+                level=LEVEL_TIMESTAMPS, rate=1, log_frequency=1000, file=str(repository / "trace.json")
+            )
         settings = ServerSettings(
             model_repositories=(repository,),
             backend_config={"python": {"execution-mode": args.mode}},
+            trace=trace,
         )
         engine = build_engine(settings)
         try:
             frontend = HttpFrontend(engine, settings)
-            return uvloop.run(_drive(frontend, args.concurrency, args.requests, args.rounds, args.split))
+            tracing = engine.tracer if args.traced else None
+            return uvloop.run(
+                _drive(frontend, args.concurrency, args.requests, args.rounds, args.split, tracing)
+            )
         finally:
             engine.shutdown()
 
@@ -144,6 +158,7 @@ def _instructions(args: argparse.Namespace, counts: list[int]) -> None:
             "--rounds=1",
             f"--mode={args.mode}",
             *(["--split"] if args.split else []),
+            *(["--traced"] if args.traced else []),
         ]
         result = subprocess.run(command, capture_output=True, text=True, check=True)
         match = re.search(r"Collected : (\d+)", result.stderr)
@@ -164,6 +179,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--mode", default="thread", help="the Python backend's execution mode")
     parser.add_argument("--split", action="store_true", help="head and body in two reads")
+    parser.add_argument(
+        "--traced", action="store_true", help="trace every request (rate 1, TIMESTAMPS, a trace file)"
+    )
     parser.add_argument("--instructions", help="N1,N2: instructions per request under callgrind")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
