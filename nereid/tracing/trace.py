@@ -2,10 +2,11 @@
 calls), each a `RequestTrace` with an id of its own and its parent's id, all handed to the setting that
 sampled them when the last of them closes (Triton's TraceManager::Trace).
 
-The request path only keeps raw values: a timestamp is a name and an int added to a flat list, the
-model's record a few plain fields. Nothing is formatted until the setting writes a batch of traces,
-all at once (`TraceFormatter`): one request in `log-frequency` pays for the batch, the others for
-nothing but their values.
+While its request runs a trace only keeps raw values: a timestamp is a name and an int added to a flat
+list, the model's record a few plain fields. When the trace (with its children) closes, it is formatted
+at once (`TraceFormatter`: one template per model and sequence of names) and kept as bytes until its
+setting writes a batch every `log-frequency` traces. What a trace records after it closed is not
+written: Triton too writes a trace once it is released.
 
 Timestamps are `time.perf_counter_ns()` values, which on Linux read CLOCK_MONOTONIC, the clock Triton's
 steady_clock timestamps come from.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -234,7 +235,7 @@ class RequestTrace:
 
 
 class TraceFormatter:
-    """Writes traces as the records of Triton's trace file, in bulk. A trace's records come from one
+    """Writes traces as the records of Triton's trace file. A trace's records come from one
     template made once per model and sequence of timestamp names (the same few recur): its id, which
     every record starts with, is put in with one `replace` of a placeholder byte, then its times with one
     `%`. Only a request id or a parent id gives the model's record a template of its own."""
@@ -244,8 +245,10 @@ class TraceFormatter:
         # the model's record among them: (model name, version, timestamps before it, names) -> template
         self._headed: dict[tuple[str, int, int, tuple[str, ...]], bytes] = {}
 
-    def records(self, traces: Iterable[RequestTrace]) -> bytes:
+    def records(self, traces: Sequence[RequestTrace]) -> bytes:
         """The traces' records, comma-separated (the inside of a JSON array)."""
+        if len(traces) == 1:  # a trace without children, the most common
+            return self._trace(traces[0])
         return b",".join([self._trace(trace) for trace in traces])
 
     def _trace(self, trace: RequestTrace) -> bytes:
