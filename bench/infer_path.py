@@ -19,6 +19,8 @@ that the count does not depend on how the two processes happen to interleave.
 With `--instructions N1,N2` it runs itself twice under callgrind, with N1 and N2 requests, and prints the
 instructions per request from the difference (start-up and model loading cancel out).
 
+`--traced` traces every request (rate 1, TIMESTAMPS, a trace file written every 1000 traces).
+
 `--split` sends each request's head and body in two reads, as libcurl (perf_analyzer) writes them.
 """
 
@@ -42,6 +44,7 @@ from nereid.frontends.http import HttpFrontend, HttpServer, error_response  # no
 from nereid.frontends.http.protocol import _Connection  # noqa: E402
 from nereid.server import build_engine  # noqa: E402
 from nereid.settings import ServerSettings  # noqa: E402
+from nereid.tracing.config import LEVEL_TIMESTAMPS, TraceConfig  # noqa: E402
 
 MODEL = "add_sub"
 SOURCE = ROOT / "examples" / "python_model_repository" / MODEL
@@ -72,10 +75,12 @@ class _Counter:
 
 
 async def _drive(
-    frontend: HttpFrontend, concurrency: int, requests: int, rounds: int, split: bool
+    frontend: HttpFrontend, concurrency: int, requests: int, rounds: int, split: bool, tracing: object
 ) -> list[tuple[float, float]]:
     loop = asyncio.get_running_loop()
-    server = HttpServer(getattr(frontend, "dispatch", frontend.handle), error_response, 1 << 20)
+    server = HttpServer(
+        getattr(frontend, "dispatch", frontend.handle), error_response, 1 << 20, tracing=tracing
+    )
     counter = _Counter()
     connections = []
     for _ in range(concurrency):
@@ -124,11 +129,21 @@ def _run(args: argparse.Namespace) -> list[tuple[float, float]]:
         python = {"execution-mode": args.mode}
         if args.busy_wait_us is not None:
             python["busy-wait-microseconds"] = str(args.busy_wait_us)
-        settings = ServerSettings(model_repositories=(repository,), backend_config={"python": python})
+        trace = TraceConfig()
+        if args.traced:  # every request, written every 1000 traces as bench/dynamic_batching.py --traced
+            trace = TraceConfig(
+                level=LEVEL_TIMESTAMPS, rate=1, log_frequency=1000, file=str(repository / "trace.json")
+            )
+        settings = ServerSettings(
+            model_repositories=(repository,), backend_config={"python": python}, trace=trace
+        )
         engine = build_engine(settings)
         try:
             frontend = HttpFrontend(engine, settings)
-            return uvloop.run(_drive(frontend, args.concurrency, args.requests, args.rounds, args.split))
+            tracing = engine.tracer if args.traced else None
+            return uvloop.run(
+                _drive(frontend, args.concurrency, args.requests, args.rounds, args.split, tracing)
+            )
         finally:
             engine.shutdown()
 
@@ -139,6 +154,7 @@ def _options(args: argparse.Namespace) -> list[str]:
         "--busy-wait-us=0" if args.busy_wait_us is None else f"--busy-wait-us={args.busy_wait_us}",
         *(["--split"] if args.split else []),
         *(["--no-batching"] if args.no_batching else []),
+        *(["--traced"] if args.traced else []),
     ]
 
 
@@ -147,6 +163,9 @@ def main() -> None:
     parser.add_argument("--split", action="store_true", help="head and body in two reads")
     parser.add_argument(
         "--no-batching", action="store_true", help="no dynamic_batching: the default scheduler"
+    )
+    parser.add_argument(
+        "--traced", action="store_true", help="trace every request (rate 1, TIMESTAMPS, a trace file)"
     )
     parser.add_argument(
         "--busy-wait-us", type=int, help="process mode's busy-wait-microseconds (0 under --instructions)"

@@ -26,16 +26,12 @@ def traced_requests(manager: TraceManager, count: int) -> float:
     for _ in range(count):
         trace = manager.sample("add_sub")
         assert trace is not None
-        trace.timestamp("HTTP_RECV_START", time.perf_counter_ns())
-        trace.timestamp("HTTP_RECV_END", time.perf_counter_ns())
-        trace.request_start("add_sub", 1, "", time.perf_counter_ns())
-        trace.queue_start(time.perf_counter_ns(), ())
+        trace.received("HTTP_RECV_START", time.perf_counter_ns(), "HTTP_RECV_END", time.perf_counter_ns())
+        trace.admitted("add_sub", 1, "", time.perf_counter_ns(), time.perf_counter_ns(), ())
         trace.compute(time.perf_counter_ns(), time.perf_counter_ns())
         trace.request_end(())
         trace.now("INFER_RESPONSE_COMPLETE")
-        trace.now("HTTP_SEND_START")
-        trace.now("HTTP_SEND_END")
-        trace.close()
+        trace.sent("HTTP_SEND_START", time.perf_counter_ns(), "HTTP_SEND_END")
     return (time.thread_time_ns() - started) / count / 1000
 
 

@@ -111,8 +111,7 @@ class Admission:
             backend.stream = stream
             self.queued = time.perf_counter_ns()
             if trace is not None:
-                trace.request_start(model.name, model.version, request.id, self.start)
-                trace.queue_start(self.queued, request.inputs)
+                trace.admitted(model.name, model.version, request.id, self.start, self.queued, request.inputs)
                 backend.trace = trace
         except BaseException as exc:
             model.request_done()  # refused: it never reaches the model

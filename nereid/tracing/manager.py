@@ -49,17 +49,17 @@ class TraceManager:
         opentelemetry mode a request whose headers carry a W3C `traceparent` is always traced, as a child
         of the client's span."""
         setting = self._models.get(model_name, self._global)
+        exporter = self._exporter
+        if exporter is None:  # Triton mode: nothing forces a sample, and a setting OFF samples nothing
+            return RequestTrace(setting, self._ids) if setting.sample() else None
         if setting.level == LEVEL_OFF:
             return None
-        exporter = self._exporter
         context = None
         if exporter is not None and carrier:
             context = exporter.extract(carrier)
         if not setting.sample(context is not None):
             return None
-        if exporter is not None:
-            return exporter.start(setting, self._ids, context)
-        return RequestTrace(setting, self._ids)
+        return exporter.start(setting, self._ids, context)
 
     # the trace extension
     def setting(self, model_name: str = "") -> SettingAnswer:

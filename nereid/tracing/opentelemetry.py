@@ -148,6 +148,27 @@ class SpanTrace(RequestTrace):
     def now(self, name: str) -> None:
         self.timestamp(name, time.perf_counter_ns())
 
+    def received(self, start_name: str, start: int, end_name: str, end: int) -> None:
+        self.timestamp(start_name, start)
+        self.timestamp(end_name, end)
+
+    def sent(self, start_name: str, start: int, end_name: str) -> None:
+        self.timestamp(start_name, start)
+        self.now(end_name)
+        self.close()
+
+    def admitted(
+        self,
+        model_name: str,
+        model_version: int,
+        request_id: str,
+        start: int,
+        queued: int,
+        inputs: Iterable[InferTensor],
+    ) -> None:
+        self.request_start(model_name, model_version, request_id, start)
+        self.queue_start(queued, inputs)
+
     def request_start(self, model_name: str, model_version: int, request_id: str, ns: int) -> None:
         if self.stamps is None:
             return

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,10 +38,13 @@ class TraceFile:
         self._lock = threading.Lock()
         self._stream: object | None = None
         self._closed = False
-        self._formatter = TraceFormatter()
+        # A finished trace's records (it and its children): formatted when it closes, so that nothing of
+        # it outlives its request but bytes, which the garbage collector never has to visit.
+        self.format: Callable[[Sequence[RequestTrace]], bytes] = TraceFormatter().records
 
-    def save(self, batch: Sequence[RequestTrace], indexed: bool) -> None:
-        traces = self._formatter.records(batch)
+    def save(self, batch: Sequence[bytes], indexed: bool) -> None:
+        """Write the records of a batch of traces (each as `format` made them)."""
+        traces = b",".join(batch)
         try:
             if indexed:
                 with self._lock:
@@ -100,7 +103,7 @@ class TraceSetting:
         self._sample = 0
         self._collected = 0
         self._in_stream = 0  # traces kept (a trace and its children count once)
-        self._stream: list[RequestTrace] = []
+        self._stream: list[bytes] = []  # the records of the traces kept
         self._in_flight = 0
         self._retired = False
         self.groups_lock = threading.Lock()  # a trace's first child makes its group under it
@@ -123,7 +126,7 @@ class TraceSetting:
         with self._lock:
             hit = False
             if self.rate != 0:
-                if not self.valid and not force:
+                if (self.reason or self.count == 0) and not force:  # not valid (inlined: once a request)
                     return False
                 self._sample += 1
                 hit = self._sample % self.rate == 0
@@ -139,10 +142,14 @@ class TraceSetting:
     def write_trace(self, traces: Sequence[RequestTrace]) -> None:
         """A sampled trace finished (`traces`: it and its children, none in opentelemetry mode): keep it,
         and write the traces kept to `<file>.<index>` once `count` traces were collected or every
-        `log_frequency` traces. They are kept raw, and formatted only when written."""
+        `log_frequency` traces. They are kept formatted: a trace kept raw until its batch is written
+        would live long enough to be promoted to the collector's older generations, which grow the
+        collections of everything that lives there."""
+        records = self.file.format(traces) if traces else b""
         with self._lock:
             self._in_flight -= 1
-            self._stream += traces
+            if records:
+                self._stream.append(records)
             self._in_stream += 1
             self._collected += 1
             full = (self.count == 0 and self._collected == self._sample) or (
@@ -155,7 +162,7 @@ class TraceSetting:
         if finished:
             self.flush()
 
-    def _take(self) -> list[RequestTrace]:
+    def _take(self) -> list[bytes]:
         batch = self._stream
         self._stream = []
         self._in_stream = 0

@@ -2,10 +2,11 @@
 calls), each a `RequestTrace` with an id of its own and its parent's id, all handed to the setting that
 sampled them when the last of them closes (Triton's TraceManager::Trace).
 
-The request path only keeps raw values: a timestamp is a name and an int added to a flat list, the
-model's record a few plain fields. Nothing is formatted until the setting writes a batch of traces,
-all at once (`TraceFormatter`): one request in `log-frequency` pays for the batch, the others for
-nothing but their values.
+While its request runs a trace only keeps raw values: a timestamp is a name and an int added to a flat
+list, the model's record a few plain fields. When the trace (with its children) closes, it is formatted
+at once (`TraceFormatter`: one template per model and sequence of names) and kept as bytes until its
+setting writes a batch every `log-frequency` traces. What a trace records after it closed is not
+written: Triton too writes a trace once it is released.
 
 Timestamps are `time.perf_counter_ns()` values, which on Linux read CLOCK_MONOTONIC, the clock Triton's
 steady_clock timestamps come from.
@@ -15,8 +16,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
@@ -142,6 +143,36 @@ class RequestTrace:
         if stamps is not None:
             stamps += (name, _perf_counter_ns())
 
+    def received(self, start_name: str, start: int, end_name: str, end: int) -> None:
+        """The frontend's two receive times (one call where two `timestamp`s would do)."""
+        stamps = self.stamps
+        if stamps is not None:
+            stamps += (start_name, start, end_name, end)
+
+    def sent(self, start_name: str, start: int, end_name: str) -> None:
+        """The response was handed on, from `start` to now: both times recorded, then the trace closes."""
+        stamps = self.stamps
+        if stamps is not None:
+            stamps += (start_name, start, end_name, _perf_counter_ns())
+        self.close()
+
+    def admitted(
+        self,
+        model_name: str,
+        model_version: int,
+        request_id: str,
+        start: int,
+        queued: int,
+        inputs: Iterable[InferTensor],
+    ) -> None:
+        """`request_start` then `queue_start`, in one call: what the admission path records."""
+        stamps = self.stamps
+        if stamps is not None:
+            self.head = (model_name, model_version, request_id, len(stamps) // 2)
+            stamps += ("REQUEST_START", start, "QUEUE_START", queued)
+        if self.tensors is not None:
+            self._queue_inputs(inputs)
+
     def request_start(self, model_name: str, model_version: int, request_id: str, ns: int) -> None:
         """The request reached its model: who it is for, then REQUEST_START."""
         stamps = self.stamps
@@ -153,10 +184,14 @@ class RequestTrace:
         stamps = self.stamps
         if stamps is not None:
             stamps += ("QUEUE_START", ns)
+        if self.tensors is not None:
+            self._queue_inputs(inputs)
+
+    def _queue_inputs(self, inputs: Iterable[InferTensor]) -> None:
         tensors = self.tensors
-        if tensors is not None:
-            for tensor in inputs:
-                tensors.append(self._tensor("TENSOR_QUEUE_INPUT", tensor.name, tensor.datatype, tensor.data))
+        assert tensors is not None
+        for tensor in inputs:
+            tensors.append(self._tensor("TENSOR_QUEUE_INPUT", tensor.name, tensor.datatype, tensor.data))
 
     def compute(self, start: int, end: int) -> None:
         """An execution of the request's model ran from `start` to `end`; its results are back now."""
@@ -200,30 +235,29 @@ class RequestTrace:
 
 
 class TraceFormatter:
-    """Writes traces as the records of Triton's trace file, in bulk. A trace's records go through one `%`
-    of a template made once per model and sequence of timestamp names (the same few recur); only a
-    request id or a parent id gives the model's record a `%` of its own."""
+    """Writes traces as the records of Triton's trace file. A trace's records come from one
+    template made once per model and sequence of timestamp names (the same few recur): its id, which
+    every record starts with, is put in with one `replace` of a placeholder byte, then its times with one
+    `%`. Only a request id or a parent id gives the model's record a template of its own."""
 
     def __init__(self) -> None:
         self._stamps: dict[tuple[str, ...], bytes] = {}  # timestamp names -> their records' template
         # the model's record among them: (model name, version, timestamps before it, names) -> template
         self._headed: dict[tuple[str, int, int, tuple[str, ...]], bytes] = {}
-        self._names: dict[str, bytes] = {}  # model name -> its JSON string
 
-    def records(self, traces: Iterable[RequestTrace]) -> bytes:
+    def records(self, traces: Sequence[RequestTrace]) -> bytes:
         """The traces' records, comma-separated (the inside of a JSON array)."""
+        if len(traces) == 1:  # a trace without children, the most common
+            return self._trace(traces[0])
         return b",".join([self._trace(trace) for trace in traces])
 
     def _trace(self, trace: RequestTrace) -> bytes:
-        trace_id = trace.id
+        # a snapshot, taken at once under the GIL: name, ns, name, ns, ...
+        stamps = trace.stamps[:] if trace.stamps else []
+        names = tuple(stamps[0::2])
         head = trace.head
-        # a snapshot, taken at once under the GIL: name, ns, name, ns, ...; then each name's place gets
-        # the id its record starts with
-        values: list[Any] = trace.stamps[:] if trace.stamps else []
-        names = tuple(values[0::2])
-        values[0::2] = [trace_id] * len(names)
         if head is None:
-            records = self._stamps_template(names) % tuple(values) if names else b""
+            template = self._stamps_template(names) if names else b""
         else:
             # The model's record goes where it was taken, after the frontend's receive times, as Triton
             # writes it.
@@ -232,48 +266,43 @@ class TraceFormatter:
                 key = (model_name, version, before, names)
                 template = self._headed.get(key)
                 if template is None:
-                    template = self._headed[key] = self._head_template(model_name, version, before, names)
-                values.insert(2 * before, trace_id)  # the model record's id
-                records = template % tuple(values)
+                    template = self._headed[key] = self._head_template(head, 0, names)
             else:
-                parts = [self._head(trace_id, trace.parent_id, model_name, version, request_id)]
-                if before:
-                    parts.insert(0, self._stamps_template(names[:before]) % tuple(values[: 2 * before]))
-                if before < len(names):
-                    parts.append(self._stamps_template(names[before:]) % tuple(values[2 * before :]))
-                records = b",".join(parts)
+                template = self._head_template(head, trace.parent_id, names)
+        records = template.replace(_ID, b"%d" % trace.id) % tuple(stamps[1::2]) if template else b""
         if trace.tensors:
             records = b",".join([records, *trace.tensors] if records else trace.tensors)
         return records
 
     def _stamps_template(self, names: tuple[str, ...]) -> bytes:
-        """One record per timestamp, as Triton writes them: the id and the ns left to fill in."""
+        """One record per timestamp, as Triton writes them: the id's placeholder, and the ns to fill in."""
         template = self._stamps.get(names)
         if template is None:
             template = self._stamps[names] = b",".join(
-                b'{"id":%%d,"timestamps":[{"name":%s,"ns":%%d}]}' % _escaped(name) for name in names
+                b'{"id":%s,"timestamps":[{"name":%s,"ns":%%d}]}' % (_ID, _escaped(name)) for name in names
             )
         return template
 
-    def _head_template(self, model_name: str, version: int, before: int, names: tuple[str, ...]) -> bytes:
+    def _head_template(
+        self, head: tuple[str, int, str, int], parent_id: int, names: tuple[str, ...]
+    ) -> bytes:
         """The timestamps' records with the model's record after the first `before` of them."""
-        model = b'{"id":%%d,"model_name":%s,"model_version":%d}' % (_escaped(model_name), version)
+        model_name, version, request_id, before = head
+        model = b'{"id":%s,"model_name":%s,"model_version":%d' % (_ID, _escaped(model_name), version)
+        if request_id:
+            model += b',"request_id":' + _escaped(request_id)
+        if parent_id:
+            model += b',"parent_id":%d' % parent_id
         parts = [self._stamps_template(names[:before])] if before else []
-        parts.append(model)
+        parts.append(model + b"}")
         if before < len(names):
             parts.append(self._stamps_template(names[before:]))
         return b",".join(parts)
 
-    def _head(self, trace_id: int, parent_id: int, model_name: str, version: int, request_id: str) -> bytes:
-        name = self._names.get(model_name)
-        if name is None:
-            name = self._names[model_name] = orjson.dumps(model_name)
-        head = b'{"id":%d,"model_name":%s,"model_version":%d' % (trace_id, name, version)
-        if request_id:
-            head += b',"request_id":' + orjson.dumps(request_id)
-        if parent_id:
-            head += b',"parent_id":%d' % parent_id
-        return head + b"}"
+
+# Where a template takes its trace's id: a byte JSON text never holds raw (orjson escapes control
+# characters), so neither a name nor a request id can be mistaken for it.
+_ID = b"\x00"
 
 
 def _escaped(text: str) -> bytes:

@@ -32,6 +32,10 @@ class _Trace:
     def close(self) -> None:
         self.events.append(("close", time.perf_counter_ns()))
 
+    def sent(self, start_name: str, start: int, end_name: str) -> None:
+        self.events += [(start_name, start), (end_name, time.perf_counter_ns())]
+        self.close()
+
 
 async def _exchange(server: HttpServer, *requests: bytes) -> list[int]:
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)

@@ -1,8 +1,9 @@
-"""Traces on the request path keep raw values only; they are formatted as Triton's trace records in bulk,
-when a batch of traces is written."""
+"""Traces on the request path keep raw values only; they are formatted as Triton's trace records when
+they close, and written by batches."""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -120,14 +121,16 @@ def test_tensor_records_follow_the_timestamps(tmp_path: Path) -> None:
     }
 
 
-def test_closing_formats_nothing_until_a_batch_is_written(
+def test_a_trace_is_formatted_when_it_closes_and_written_with_its_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    batches: list[int] = []
+    """Formatted at close, nothing of a trace but bytes is kept until its batch is written (a raw trace
+    kept that long would grow the garbage collector's older generations)."""
+    formatted: list[int] = []
     records = TraceFormatter.records
 
     def counted(self: TraceFormatter, traces: list[RequestTrace]) -> bytes:
-        batches.append(len(traces))
+        formatted.append(len(traces))
         return records(self, traces)
 
     monkeypatch.setattr(TraceFormatter, "records", counted)
@@ -136,25 +139,26 @@ def test_closing_formats_nothing_until_a_batch_is_written(
         trace = _sample(manager)
         trace.request_start("m", 1, "", index)
         trace.close()
-        if index == 4:  # two traces kept since the first batch: still raw
-            assert batches == [3]
+        assert len(formatted) == index + 1
+        assert gc.get_referrers(trace) == []  # its setting kept its records, not the trace
+        if index == 4:  # two traces kept since the first batch: not written yet
+            assert [p.name for p in tmp_path.iterdir()] == ["trace.json.0"]
     manager.close()
-    assert batches == [3, 3, 1]
     written = [_records(Path(f"{tmp_path}/trace.json.{i}").read_bytes()[1:-1]) for i in range(3)]
     assert [[r["id"] for r in batch if "model_name" in r] for batch in written] == [[1, 2, 3], [4, 5, 6], [7]]
 
 
-def test_a_stamp_taken_after_close_is_written_if_its_batch_is_not(tmp_path: Path) -> None:
+def test_a_trace_is_written_as_it_was_when_it_closed(tmp_path: Path) -> None:
     manager = _manager(tmp_path)
     trace = _sample(manager)
     trace.request_start("m", 1, "", 1)
     trace.close()
-    trace.now("INFER_RESPONSE_COMPLETE")  # late, but before the file is written at shutdown
+    trace.now("INFER_RESPONSE_COMPLETE")  # late: the trace is released already
     trace.close()  # a second close changes nothing
     manager.close()
     records = json.loads((tmp_path / "trace.json").read_text())
-    names = [r["timestamps"][0]["name"] for r in records if "timestamps" in r]
-    assert names == ["REQUEST_START", "INFER_RESPONSE_COMPLETE"]
+    assert [r["id"] for r in records] == [1, 1]
+    assert [r["timestamps"][0]["name"] for r in records if "timestamps" in r] == ["REQUEST_START"]
 
 
 def test_a_child_made_after_its_parent_closed_is_written_on_its_own(tmp_path: Path) -> None:

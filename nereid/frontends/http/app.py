@@ -339,8 +339,7 @@ class HttpFrontend:
         and records its send times and closes it once the response is written."""
         trace = request.trace = self._tracer.sample(name, request.headers)
         if trace is not None:
-            trace.timestamp(HTTP_RECV_START, request.recv_start)
-            trace.timestamp(HTTP_RECV_END, request.recv_end)
+            trace.received(HTTP_RECV_START, request.recv_start, HTTP_RECV_END, request.recv_end)
         return trace
 
     def _infer_now(

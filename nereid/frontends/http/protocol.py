@@ -504,10 +504,9 @@ class _Connection(asyncio.Protocol):
         if trace is None:
             self._write(response, keep_alive and not self.closing)
         else:
-            trace.now(HTTP_SEND_START)
+            start = time.perf_counter_ns()
             self._write(response, keep_alive and not self.closing)
-            trace.now(HTTP_SEND_END)
-            trace.close()
+            trace.sent(HTTP_SEND_START, start, HTTP_SEND_END)  # and closes it
         self._finish()
         self._next(keep_alive)
 
