@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2_grpc
 from nereid.engine_client import EngineClient
 from nereid.errors import DecoupledModel, InvalidArgument, NereidError, Unsupported, unexpected
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
+from nereid.frontends.grpc.inflight import InferCalls
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
 from nereid.frontends.header_forward import HeaderForwarding
@@ -89,8 +90,14 @@ def _setting_value(value: Any) -> Any:
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, engine: EngineClient, forwarding: HeaderForwarding | None = None) -> None:
+    def __init__(
+        self,
+        engine: EngineClient,
+        forwarding: HeaderForwarding | None = None,
+        calls: InferCalls | None = None,
+    ) -> None:
         self._engine = engine
+        self.calls = calls if calls is not None else InferCalls()  # what a stopping server waits for
         self._forwarding = forwarding  # --grpc-header-forward-pattern
         self._tracer = engine.tracer
         self._response_delay_s = response_delay_s()
@@ -218,12 +225,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
         # Not wrapped in _rpc: this is the hot path, and `infer` already turns every error into a NereidError.
         # A client that cancels the RPC cancels this coroutine, and with it the engine's request.
+        calls = self.calls
+        calls.active += 1
         try:
             if self._forwarding is not None or self._tracer.active:
                 return await self.infer(request, context.invocation_metadata() or ())
             return await self.infer(request)
         except NereidError as exc:
             await context.abort(GRPC_STATUS[exc.status], exc.message)
+        finally:
+            calls.active -= 1
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
@@ -236,12 +247,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         if self._forwarding is not None:
             metadata = tuple(context.invocation_metadata() or ())
             call = functools.partial(self._stream_call, metadata=metadata)
+        calls = self.calls
+        calls.active += 1
         try:
             responses = stream_responses(call, request_iterator, strict, self._decoupled)
             async for response in responses:
                 yield response
         except NereidError as exc:
             await context.abort(GRPC_STATUS[exc.status], exc.message)
+        finally:
+            calls.active -= 1
 
     # model control (explicit mode)
     @_rpc
