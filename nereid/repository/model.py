@@ -91,6 +91,11 @@ class ModelVersion:
             )
         self.scheduler.stop()
 
+    def outstanding(self) -> int:
+        """What a stopping server waits for: requests in flight, and started sequences that wait for their
+        next request (Triton counts both as in-flight inferences)."""
+        return self.inflight + self.scheduler.waiting_sequences()
+
     def unavailable_reason(self) -> str | None:
         """Why this loaded version cannot serve right now (a Python worker restarting, say), or None."""
         return self.scheduler.unavailable_reason()
