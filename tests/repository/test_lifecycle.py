@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -277,3 +278,20 @@ def test_a_failed_version_is_named_as_triton_names_it(explicit: ModelManager, re
         InvalidArgument, match="load failed for model 'alpha': version 0 is at UNAVAILABLE state: "
     ):
         explicit.load("alpha")
+
+
+def test_each_version_taken_down_is_logged_as_unloaded(
+    explicit: ModelManager, repo: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def unloaded() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "successfully unloaded" in r.getMessage()]
+
+    with caplog.at_level(logging.INFO, logger="nereid"):
+        _version(repo, "alpha", 2)
+        explicit.load("alpha")  # version 2 replaces version 1, which is unloaded
+        assert unloaded() == ["successfully unloaded 'alpha' version 1"]
+        explicit.stop()  # at shutdown, each serving version as well
+        assert unloaded() == [
+            "successfully unloaded 'alpha' version 1",
+            "successfully unloaded 'alpha' version 2",
+        ]
