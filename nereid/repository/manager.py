@@ -23,6 +23,7 @@ from typing import Any
 from nereid.custom_metrics import CustomMetrics
 from nereid.engine_client import ModelServices
 from nereid.errors import InvalidArgument, NereidError, NotFound, PollFailed, Unavailable
+from nereid.log_settings import verbose
 from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members
 from nereid.repository.loader import LoadResult, load_model
 from nereid.repository.model import ModelVersion
@@ -220,9 +221,17 @@ class ModelManager:
         self._stopping.set()
         if self._poller is not None:
             self._poller.join()
+        # Loads under way end first (as in Triton), so that what they loaded is unloaded with the rest.
+        with self._locks_guard:
+            locks = list(self._locks.values())
+        for lock in locks:
+            with lock:
+                pass
         entries = list(self._models.values())
         self._models.clear()
         for entry in entries:
+            if entry.versions:
+                _log_step("AsyncUnload", entry.name, "unloading at shutdown")
             for model in entry.versions.values():
                 model.stop()
             if entry.uploaded is not None:
@@ -259,55 +268,59 @@ class ModelManager:
                 name, "file parameters need a 'config' parameter too (the model's configuration as JSON)"
             )
         with self._model_lock(name):
-            uploaded = write_model_folder(name, files) if files else None
-            source = ModelSource(name, uploaded) if uploaded else self._repository_source(name)
-            if config is None and not files:
-                # As in Triton, a configuration given once stays until unloaded, or until the model's own
-                # config.pbtxt is written after it.
-                kept = self._overrides.get(name)
-                if kept is not None and not _written_since(source.path / "config.pbtxt", kept[1]):
-                    config = kept[0]
-            if source.duplicate_of is not None:  # explicit mode: the versions serving now keep serving
-                raise PollFailed(name, "model appears in two or more repositories")
-            current = self._models.get(name)
-            # Versions can be kept through a reload only if their files stay where they are.
-            reusable = current.versions if current is not None and current.uploaded == uploaded else None
-            self._transitions[name] = ModelState.LOADING
             try:
-                result = self._load_model(source, config, reusable, self.members)
-            except BaseException:
-                if uploaded is not None:
-                    remove_model_folder(uploaded)
-                raise
+                self._load_locked(name, config, files)
             finally:
-                del self._transitions[name]
-            if result.poll_failure is not None:
-                raise PollFailed(name, result.poll_failure)
-            _log_failures(result)
-            # An ensemble failing its checks against members as they are now cannot keep serving either.
-            keep_serving = result.members is None or None not in result.failures
-            if result.failures and current is not None and current.versions and keep_serving:
-                self._discard(result, keep=current.versions.values())
-                if uploaded is not None:
-                    remove_model_folder(uploaded)
-                raise InvalidArgument(
-                    _load_failed(name, result) + "; the versions already loaded keep serving"
-                )
-            # Versions served before and not now stay known as unloaded, as in Triton ("not at ready state").
-            earlier = set(current.versions) | set(current.unloaded) if current is not None else set()
-            unloaded = (earlier | set(result.withdrawn)) - set(result.versions) - set(result.failures)
-            self._models[name] = _ModelEntry(
-                name, result.versions, result.failures, tuple(sorted(unloaded)), uploaded=uploaded
-            )
-            self._cascaded.discard(name)
-            if result.members is not None:
-                self._ensembles[name] = result.members
-            if current is not None:
-                self._retire(current, keep=result.versions.values())
-            if result.failures:
-                raise InvalidArgument(_load_failed(name, result))
-            if config is not None and not files:
-                self._overrides[name] = (config, time.time())
+                _log_step("OnLoadFinal", name, "the load has ended")
+
+    def _load_locked(self, name: str, config: str | None, files: dict[str, bytes] | None) -> None:
+        uploaded = write_model_folder(name, files) if files else None
+        source = ModelSource(name, uploaded) if uploaded else self._repository_source(name)
+        if config is None and not files:
+            # As in Triton, a configuration given once stays until unloaded, or until the model's own
+            # config.pbtxt is written after it.
+            kept = self._overrides.get(name)
+            if kept is not None and not _written_since(source.path / "config.pbtxt", kept[1]):
+                config = kept[0]
+        if source.duplicate_of is not None:  # explicit mode: the versions serving now keep serving
+            raise PollFailed(name, "model appears in two or more repositories")
+        current = self._models.get(name)
+        # Versions can be kept through a reload only if their files stay where they are.
+        reusable = current.versions if current is not None and current.uploaded == uploaded else None
+        self._transitions[name] = ModelState.LOADING
+        try:
+            result = self._load_model(source, config, reusable, self.members)
+        except BaseException:
+            if uploaded is not None:
+                remove_model_folder(uploaded)
+            raise
+        finally:
+            del self._transitions[name]
+        if result.poll_failure is not None:
+            raise PollFailed(name, result.poll_failure)
+        _log_failures(result)
+        # An ensemble failing its checks against members as they are now cannot keep serving either.
+        keep_serving = result.members is None or None not in result.failures
+        if result.failures and current is not None and current.versions and keep_serving:
+            self._discard(result, keep=current.versions.values())
+            if uploaded is not None:
+                remove_model_folder(uploaded)
+            raise InvalidArgument(_load_failed(name, result) + "; the versions already loaded keep serving")
+        # Versions served before and not now stay known as unloaded, as in Triton ("not at ready state").
+        earlier = set(current.versions) | set(current.unloaded) if current is not None else set()
+        unloaded = (earlier | set(result.withdrawn)) - set(result.versions) - set(result.failures)
+        self._models[name] = _ModelEntry(
+            name, result.versions, result.failures, tuple(sorted(unloaded)), uploaded=uploaded
+        )
+        self._cascaded.discard(name)
+        if result.members is not None:
+            self._ensembles[name] = result.members
+        if current is not None:
+            self._retire(current, keep=result.versions.values())
+        if result.failures:
+            raise InvalidArgument(_load_failed(name, result))
+        if config is not None and not files:
+            self._overrides[name] = (config, time.time())
 
     def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Stop serving `name` once the requests it holds are answered. Unknown names are not an error.
@@ -344,6 +357,7 @@ class ModelManager:
             if current is None or not current.versions:
                 return
             self._transitions[name] = ModelState.UNLOADING
+            _log_step("AsyncUnload", name, "unloading")
             try:
                 self._models[name] = _ModelEntry(name, unloaded=tuple(sorted(current.versions)))
                 self._retire(current, keep=())
@@ -632,3 +646,9 @@ def _load_failed(name: str, result: LoadResult) -> str:
         for version, reason in sorted(result.failures.items(), key=lambda kv: kv[0] or 0)
     )
     return f"load failed for model '{name}': {reasons}"
+
+
+def _log_step(step: str, name: str, what: str) -> None:
+    """Verbose (level 2) marks of a model's load ending and its unload starting. Triton's verbose log
+    names these steps after its own functions, and tools check their order by those names."""
+    log.log(verbose(2), "%s() '%s': %s", step, name, what)
