@@ -22,6 +22,7 @@ from nereid.cache import probe_cache
 from nereid.engine import Engine
 from nereid.errors import NereidError, Unavailable
 from nereid.frontends.grpc import start_grpc_server
+from nereid.frontends.grpc.inflight import InferCalls, report_while_draining
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
 from nereid.log_settings import ServerLog
 from nereid.metrics import MetricsExporter, handle_metrics
@@ -155,9 +156,10 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
     metrics: HttpServer | None = None
     sampler: asyncio.Task[None] | None = None
     frontend: HttpFrontend | None = None
+    calls = InferCalls()
     try:
         if settings.allow_grpc:
-            grpc_server, port = await start_grpc_server(engine, settings)
+            grpc_server, port = await start_grpc_server(engine, settings, calls)
             log.info("Started GRPCInferenceService at %s:%d", settings.grpc_address, port)
         if settings.allow_http:
             frontend = HttpFrontend(engine, settings)
@@ -184,46 +186,78 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
             log.info("Started Metrics Service at %s:%d", settings.metrics_address, metrics.port)
     except NereidError as exc:
         log.error("exiting: %s", exc.message)
-        await _stop(http, grpc_server, metrics, 0)
+        await _stop(http, grpc_server, metrics, 0, calls)
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
-    shutdown.deadline = time.monotonic() + settings.exit_timeout_secs
+    deadline = shutdown.deadline = time.monotonic() + settings.exit_timeout_secs
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _exit_now, signum)
     log.info("stopping: requests in flight get up to %d s to finish", settings.exit_timeout_secs)
-    _log_inflight(engine)
+    for model in engine.models.loaded():
+        model.scheduler.refuse_new_sequences()
+    log_inflight(engine)
     if sampler is not None:
         sampler.cancel()
-    await _stop(http, grpc_server, metrics, settings.exit_timeout_secs)
+    await _stop(http, grpc_server, metrics, settings.exit_timeout_secs, calls)
     if frontend is not None:
         frontend.close()
+    await drain_models(engine, deadline)
     return 0
 
 
-def _log_inflight(engine: Engine) -> None:
-    """What the drain waits for, model by model, in Triton's words (tools watch for them)."""
+def log_inflight(engine: Engine) -> int:
+    """What the drain waits for, model by model, in Triton's words (tools watch for them); how many model
+    versions still have some."""
+    busy = 0
     for model in engine.models.loaded():
-        if model.inflight > 0:
+        outstanding = model.outstanding()
+        if outstanding > 0:
+            busy += 1
             log.info(
-                "Model '%s' (version %d) has %d in-flight inferences",
-                model.name,
-                model.version,
-                model.inflight,
+                "Model '%s' (version %d) has %d in-flight inferences", model.name, model.version, outstanding
             )
+    return busy
+
+
+async def drain_models(engine: Engine, deadline: float, poll_s: float = 0.05, report_s: float = 1.0) -> None:
+    """Once the endpoints are closed: wait until no model has work in flight (a sequence started before the
+    signal may still be ended from within the server, by an ensemble or a BLS call, or released when idle),
+    or until the deadline; say every `report_s` what is left."""
+    next_report = time.monotonic() + report_s  # the signal's own report has just been made
+    while any(model.outstanding() > 0 for model in engine.models.loaded()):
+        now = time.monotonic()
+        if now >= deadline:
+            return
+        if now >= next_report:
+            log.info("Timeout %d: waiting for in-flight inferences", max(1, int(deadline - now)))
+            log_inflight(engine)
+            next_report = now + report_s
+        await asyncio.sleep(poll_s)
 
 
 async def _stop(
-    http: HttpServer | None, grpc_server: grpc.aio.Server | None, metrics: HttpServer | None, grace: float
+    http: HttpServer | None,
+    grpc_server: grpc.aio.Server | None,
+    metrics: HttpServer | None,
+    grace: float,
+    calls: InferCalls,
 ) -> None:
-    await asyncio.gather(
-        *([http.stop(grace)] if http is not None else []),
-        *([grpc_server.stop(grace)] if grpc_server is not None else []),
-        *([metrics.stop(min(grace, 1.0))] if metrics is not None else []),
+    reporter = (
+        asyncio.create_task(report_while_draining(calls, int(grace))) if grpc_server is not None else None
     )
+    try:
+        await asyncio.gather(
+            *([http.stop(grace)] if http is not None else []),
+            *([grpc_server.stop(grace)] if grpc_server is not None else []),
+            *([metrics.stop(min(grace, 1.0))] if metrics is not None else []),
+        )
+    finally:
+        if reporter is not None:
+            reporter.cancel()
 
 
 def _cannot_serve(service: str, address: str, port: int, exc: OSError) -> Unavailable:

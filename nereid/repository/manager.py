@@ -24,6 +24,7 @@ from typing import Any
 from nereid.custom_metrics import CustomMetrics
 from nereid.engine_client import ModelServices
 from nereid.errors import InvalidArgument, NereidError, NotFound, PollFailed, Unavailable
+from nereid.log_settings import verbose
 from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members
 from nereid.repository.loader import LoadResult, load_model
 from nereid.repository.model import ModelVersion
@@ -228,9 +229,17 @@ class ModelManager:
         self._stopping.set()
         if self._poller is not None:
             self._poller.join()
+        # Loads under way end first (as in Triton), so that what they loaded is unloaded with the rest.
+        with self._locks_guard:
+            locks = list(self._locks.values())
+        for lock in locks:
+            with lock:
+                pass
         entries = list(self._models.values())
         self._models.clear()
         for entry in entries:
+            if entry.versions:
+                _log_step("AsyncUnload", entry.name, "unloading at shutdown")
             for model in entry.versions.values():
                 model.stop()
             if entry.uploaded is not None:
@@ -267,18 +276,21 @@ class ModelManager:
                 name, "file parameters need a 'config' parameter too (the model's configuration as JSON)"
             )
         with self._model_lock(name):  # one lock per name: with namespacing, for all its repositories
-            if files:
-                uploaded = write_model_folder(name, files)
-                self._load_source(ModelSource(name, uploaded), config, uploaded)
-                return
-            failed: NereidError | None = None
-            for source in self._repository_sources(name):  # namespacing: each repository's model `name`
-                try:
-                    self._load_source(source, config, None)
-                except NereidError as exc:
-                    failed = failed or exc
-            if failed is not None:
-                raise failed
+            try:
+                if files:
+                    uploaded = write_model_folder(name, files)
+                    self._load_source(ModelSource(name, uploaded), config, uploaded)
+                    return
+                failed: NereidError | None = None
+                for source in self._repository_sources(name):  # namespacing: each repository's model `name`
+                    try:
+                        self._load_source(source, config, None)
+                    except NereidError as exc:
+                        failed = failed or exc
+                if failed is not None:
+                    raise failed
+            finally:
+                _log_step("OnLoadFinal", name, "the load has ended")
 
     def _load_source(self, source: ModelSource, config: str | None, uploaded: Path | None) -> None:
         """Load or reload one model folder: one in a repository, or the private one of an upload."""
@@ -369,6 +381,7 @@ class ModelManager:
                 if current is None or not current.versions:
                     continue
                 self._transitions[key] = ModelState.UNLOADING
+                _log_step("AsyncUnload", name, "unloading")
                 try:
                     self._models[key] = _ModelEntry(name, unloaded=tuple(sorted(current.versions)))
                     self._retire(current, keep=())
@@ -711,3 +724,9 @@ def _load_failed(name: str, result: LoadResult) -> str:
         for version, reason in sorted(result.failures.items(), key=lambda kv: kv[0] or 0)
     )
     return f"load failed for model '{name}': {reasons}"
+
+
+def _log_step(step: str, name: str, what: str) -> None:
+    """Verbose (level 2) marks of a model's load ending and its unload starting. Triton's verbose log
+    names these steps after its own functions, and tools check their order by those names."""
+    log.log(verbose(2), "%s() '%s': %s", step, name, what)

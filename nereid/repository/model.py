@@ -89,14 +89,22 @@ class ModelVersion:
                 self.inflight,
                 timeout_s,
             )
-        self.scheduler.stop()
+        self.stop()
+
+    def outstanding(self) -> int:
+        """What a stopping server waits for: requests in flight, and started sequences that wait for their
+        next request (Triton counts both as in-flight inferences)."""
+        return self.inflight + self.scheduler.waiting_sequences()
 
     def unavailable_reason(self) -> str | None:
         """Why this loaded version cannot serve right now (a Python worker restarting, say), or None."""
         return self.scheduler.unavailable_reason()
 
     def stop(self) -> None:
+        """Release the instances (a Python model's finalize has run when this returns)."""
         self.scheduler.stop()
+        # Triton's line for every version it unloads, at shutdown too; tools count them.
+        logging.getLogger(__name__).info("successfully unloaded '%s' version %d", self.name, self.version)
 
 
 def tensor_specs(tensors: Any, labels: dict[str, tuple[str, ...]] | None = None) -> dict[str, TensorSpec]:

@@ -30,6 +30,15 @@ class Scheduler(Protocol):
         """Answer or fail what is queued, then release the instances."""
         ...
 
+    def refuse_new_sequences(self) -> None:
+        """The server is stopping: refuse what would start a sequence; the ones started go on."""
+        ...
+
+    def waiting_sequences(self) -> int:
+        """Sequences started, neither ended nor released, with no request in flight: a stopping server
+        waits for them as for requests."""
+        ...
+
 
 # Triton's testing hooks: a batcher starts deciding only once this many requests are queued (a latch:
 # once reached, it never holds again). The backlog count adds a condition for the sequence batcher:

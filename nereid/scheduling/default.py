@@ -102,6 +102,12 @@ class DefaultScheduler:
         Triton, a request is pending until it executes (nv_inference_pending_request_count)."""
         return len(self._waiting) + self.pool.held_behind()
 
+    def refuse_new_sequences(self) -> None:
+        """No sequences here."""
+
+    def waiting_sequences(self) -> int:
+        return 0
+
     def unavailable_reason(self) -> str | None:
         return self.pool.unavailable_reason()
 

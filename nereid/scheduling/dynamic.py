@@ -224,6 +224,12 @@ class DynamicBatcher:
     def pending(self) -> int:
         return len(self._queue)
 
+    def refuse_new_sequences(self) -> None:
+        """No sequences here."""
+
+    def waiting_sequences(self) -> int:
+        return 0
+
     def unavailable_reason(self) -> str | None:
         return self.pool.unavailable_reason()
 

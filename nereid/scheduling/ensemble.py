@@ -368,6 +368,12 @@ class EnsembleScheduler:
     def pending(self) -> int:
         return 0
 
+    def refuse_new_sequences(self) -> None:
+        """Its steps' sequence models refuse them themselves."""
+
+    def waiting_sequences(self) -> int:
+        return 0  # counted by the composing models that hold them
+
     def unavailable_reason(self) -> str | None:
         for step in self._steps:
             try:

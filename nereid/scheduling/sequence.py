@@ -128,6 +128,9 @@ class SequenceBatcher:
         self._batchers = [_Batcher(i, slots) for i in range(len(instances))]
         self._table: SlotTable[_Sequence] = SlotTable(len(self._batchers), slots)
         self._sequences: dict[int | str, _Sequence] = {}  # started and not yet ended
+        # Set as the server stops: no sequence starts any more, and those started may still run to their
+        # END (or their idle release) within --exit-timeout-secs, as in Triton.
+        self._refusing_starts = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._backlog_timer: asyncio.TimerHandle | None = None
@@ -164,6 +167,11 @@ class SequenceBatcher:
             loop = self._loop = asyncio.get_running_loop()
         now = time.monotonic()
         sequence = self._sequences.get(correlation_id)
+        if self._refusing_starts and (sequence is None or request.flags & SEQUENCE_START):
+            raise Unavailable(
+                f"the server is stopping: model {self._label} takes requests of the sequences already "
+                "started only"
+            )
         if sequence is None:
             if not request.flags & SEQUENCE_START:
                 raise InvalidArgument(
@@ -220,6 +228,12 @@ class SequenceBatcher:
         """Sequences holding a slot or waiting in the backlog for one."""
         seated = sum(1 for b in self._batchers for s in b.slots if s is not None)
         return seated + len(self._table.backlog())
+
+    def refuse_new_sequences(self) -> None:
+        self._refusing_starts = True
+
+    def waiting_sequences(self) -> int:
+        return sum(1 for s in self._sequences.values() if not s.jobs and not s.running)
 
     def unavailable_reason(self) -> str | None:
         return self.pool.unavailable_reason()

@@ -131,3 +131,44 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
         assert "SIGINT again: exiting at once" in server.log()
     finally:
         stop(server.process)
+
+
+_SEQUENCE_CONFIG = """
+name: "seq"
+backend: "sequence"
+max_batch_size: 8
+sequence_batching {
+  max_sequence_idle_microseconds: 1000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+"""
+
+
+def test_a_started_sequence_keeps_its_model_until_it_is_released(tmp_path: Path) -> None:
+    model = tmp_path / "repo" / "seq"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(_SEQUENCE_CONFIG)
+    server = start_nereid(model.parent, tmp_path / "nereid.log", "--exit-timeout-secs=30")
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+        body = (
+            b'{"inputs":[{"name":"INPUT","datatype":"INT32","shape":[1,1],"data":[1]}],'
+            b'"parameters":{"sequence_id":7,"sequence_start":true}}'
+        )
+        connection.request("POST", "/v2/models/seq/infer", body)
+        assert connection.getresponse().status == 200
+        connection.close()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=20) == 0, server.log()
+        log = server.log()
+        waited = log.index("Model 'seq' (version 1) has 1 in-flight inferences")  # the open sequence
+        released = log.index("sequence 7 of model 'seq' idle for more than 1000000 us: released")
+        assert waited < released < log.index('"Nereid stopped"'), log
+    finally:
+        stop(server.process)

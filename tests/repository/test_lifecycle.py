@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -277,3 +278,56 @@ def test_a_failed_version_is_named_as_triton_names_it(explicit: ModelManager, re
         InvalidArgument, match="load failed for model 'alpha': version 0 is at UNAVAILABLE state: "
     ):
         explicit.load("alpha")
+
+
+def test_each_version_taken_down_is_logged_as_unloaded(
+    explicit: ModelManager, repo: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def unloaded() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "successfully unloaded" in r.getMessage()]
+
+    with caplog.at_level(logging.INFO, logger="nereid"):
+        _version(repo, "alpha", 2)
+        explicit.load("alpha")  # version 2 replaces version 1, which is unloaded
+        assert unloaded() == ["successfully unloaded 'alpha' version 1"]
+        explicit.stop()  # at shutdown, each serving version as well
+        assert unloaded() == [
+            "successfully unloaded 'alpha' version 1",
+            "successfully unloaded 'alpha' version 2",
+        ]
+
+
+def test_stop_lets_a_load_under_way_end_then_unloads_what_it_loaded(
+    explicit: ModelManager, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loading, release = threading.Event(), threading.Event()
+    original = explicit._load_model
+
+    def slow_load(source, *args, **kwargs):  # type: ignore[no-untyped-def]
+        loading.set()
+        assert release.wait(10)
+        return original(source, *args, **kwargs)
+
+    monkeypatch.setattr(explicit, "_load_model", slow_load)
+    with caplog.at_level(logging.DEBUG - 1, logger="nereid"):
+        loader = threading.Thread(target=explicit.load, args=("beta",))
+        loader.start()
+        assert loading.wait(10)
+        stopper = threading.Thread(target=explicit.stop)
+        stopper.start()
+        stopper.join(0.2)
+        assert stopper.is_alive()  # it waits for the load
+        release.set()
+        loader.join(10)
+        stopper.join(10)
+        assert not stopper.is_alive()
+    steps = [
+        r.getMessage()
+        for r in caplog.records
+        if "'beta'" in r.getMessage() and ("()" in r.getMessage() or "unloaded" in r.getMessage())
+    ]
+    assert steps == [
+        "OnLoadFinal() 'beta': the load has ended",
+        "AsyncUnload() 'beta': unloading at shutdown",
+        "successfully unloaded 'beta' version 1",
+    ]

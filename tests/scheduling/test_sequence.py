@@ -510,3 +510,48 @@ def test_direct_batches_leave_out_slots_whose_shapes_differ_from_the_lowest_slot
         assert instance.seen() == [[1, 2], [1, 2], [3], [3], [4], [4]]
         assert [(b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]] == [(4, 6)]
     assert stats["inference_count"] == 8
+
+
+def test_a_stopping_server_refuses_new_sequences_and_lets_started_ones_end() -> None:
+    instance = Instance()
+    scheduler = SequenceBatcher("m", _config(2, "direct { }" + STATE), [instance])
+
+    async def run() -> None:
+        assert await _value(scheduler, _request(1, 10, SEQUENCE_START)) == 10
+        assert await _value(scheduler, _request(2, 20, SEQUENCE_START)) == 20
+        assert scheduler.waiting_sequences() == 2  # started, each waiting for its next request
+        scheduler.refuse_new_sequences()
+        with pytest.raises(Unavailable, match="the server is stopping"):
+            await scheduler.execute(_request(3, 30, SEQUENCE_START))  # a new correlation id
+        with pytest.raises(Unavailable, match="the server is stopping"):
+            await scheduler.execute(_request(2, 5, SEQUENCE_START))  # a restart would begin a new sequence
+        assert await _value(scheduler, _request(1, 1)) == 11  # started before: it goes on, with its state
+        assert await _value(scheduler, _request(1, 1, SEQUENCE_END)) == 12
+        assert scheduler.waiting_sequences() == 1  # sequence 2 has not ended
+        assert await _value(scheduler, _request(2, 2, SEQUENCE_END)) == 22
+        assert scheduler.waiting_sequences() == 0
+
+    try:
+        asyncio.run(run())
+    finally:
+        scheduler.stop()
+    assert [c for call in instance.seen() for c in call].count(3) == 0
+
+
+def test_a_sequence_with_a_request_in_flight_is_not_counted_as_waiting() -> None:
+    gate = threading.Event()
+    scheduler = SequenceBatcher("m", _config(1, "direct { }"), [Instance(gate)])
+
+    async def run() -> None:
+        running = asyncio.create_task(_value(scheduler, _request(1, 10, SEQUENCE_START)))
+        await _until(lambda: scheduler.active_sequences() == 1 and scheduler.pending() == 0)
+        assert scheduler.waiting_sequences() == 0  # its request is counted by the model, not here
+        gate.set()
+        assert await running == 10
+        assert scheduler.waiting_sequences() == 1
+
+    try:
+        asyncio.run(run())
+    finally:
+        gate.set()
+        scheduler.stop()

@@ -87,6 +87,7 @@ class NativeServer(pygrpc_native.aio.Server):
             return True
         call = _InferCall(self, call_id, request, queued)
         self._calls[call_id] = call  # type: ignore[assignment]
+        servicer.calls.active += 1  # until it leaves the table: what a stopping server waits for
         if queued is None:
             call.task = self._loop.create_task(call.awaited())  # type: ignore[union-attr]
         else:
@@ -121,7 +122,7 @@ class _InferCall:
     def cancel(self) -> None:
         """The client went away (or its deadline passed): nothing is sent."""
         self._cancelled = True
-        if self._server._calls.pop(self.call_id, None) is None:
+        if not self._release():
             return  # answered already
         if self._queued is not None:
             self._queued.cancel()
@@ -136,7 +137,7 @@ class _InferCall:
 
     def answered(self, result: InferResponse | BaseException) -> None:
         server = self._server
-        if server._calls.pop(self.call_id, None) is None:
+        if not self._release():
             return  # cancelled
         if self.task is not None and not self.task.done():
             self.task.set_result(None)
@@ -160,8 +161,16 @@ class _InferCall:
                 self._fail(grpc.StatusCode.CANCELLED, "Cancelled")
             return
         finally:
-            server._calls.pop(self.call_id, None)
+            self._release()
         self._send(message.SerializeToString())
+
+    def _release(self) -> bool:
+        """Take the call out of the server's table; False if it was out already."""
+        server = self._server
+        if server._calls.pop(self.call_id, None) is None:
+            return False
+        server._servicer.calls.active -= 1
+        return True
 
     def _send(self, data: bytes) -> None:
         server = self._server

@@ -22,6 +22,7 @@ from tritonclient.grpc import service_pb2_grpc
 from nereid.engine_client import EngineClient
 from nereid.errors import Unavailable
 from nereid.frontends.grpc.health import health_handler
+from nereid.frontends.grpc.inflight import InferCalls
 from nereid.frontends.grpc.restricted import RestrictedProtocolInterceptor
 from nereid.frontends.grpc.servicer import InferenceServicer
 from nereid.frontends.header_forward import header_forwarding
@@ -111,8 +112,11 @@ def _credentials(options: GrpcOptions) -> grpc.ServerCredentials:
     )
 
 
-async def start_grpc_server(engine: EngineClient, settings: ServerSettings) -> tuple[grpc.aio.Server, int]:
-    """A started server on the running event loop, and the port it listens on."""
+async def start_grpc_server(
+    engine: EngineClient, settings: ServerSettings, calls: InferCalls | None = None
+) -> tuple[grpc.aio.Server, int]:
+    """A started server on the running event loop, and the port it listens on. `calls`, when given, counts
+    the inference calls in flight."""
     options = settings.grpc
     core, why = choose_core(options)
     log.info("gRPC served by %s", why)
@@ -121,7 +125,7 @@ async def start_grpc_server(engine: EngineClient, settings: ServerSettings) -> t
         if settings.grpc_restricted_protocol
         else []
     )
-    servicer = InferenceServicer(engine, header_forwarding(settings.grpc_header_forward_pattern))
+    servicer = InferenceServicer(engine, header_forwarding(settings.grpc_header_forward_pattern), calls)
     if core == "native":
         from nereid.frontends.grpc.native import native_server
 

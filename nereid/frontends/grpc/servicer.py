@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2_grpc
 from nereid.engine_client import EngineClient, QueuedInfer
 from nereid.errors import DecoupledModel, InvalidArgument, NereidError, Unsupported, unexpected
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
+from nereid.frontends.grpc.inflight import InferCalls
 from nereid.frontends.grpc.layouts import LayoutCache, ResponseLayouts
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
@@ -114,8 +115,14 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, engine: EngineClient, forwarding: HeaderForwarding | None = None) -> None:
+    def __init__(
+        self,
+        engine: EngineClient,
+        forwarding: HeaderForwarding | None = None,
+        calls: InferCalls | None = None,
+    ) -> None:
         self._engine = engine
+        self.calls = calls if calls is not None else InferCalls()  # what a stopping server waits for
         self._forwarding = forwarding  # --grpc-header-forward-pattern
         self._tracer = engine.tracer
         self._response_delay_s = response_delay_s()
@@ -290,6 +297,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         metadata = ()
         if self._forwarding is not None or self._tracer.active:
             metadata = context.invocation_metadata() or ()
+        calls = self.calls
+        calls.active += 1
         try:
             infer_request = self.decode(request, metadata)
             queued = self.queue(infer_request)
@@ -298,6 +307,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             return await self._answer_of(queued, infer_request)
         except NereidError as exc:
             await context.abort(GRPC_STATUS[exc.status], exc.message)
+        finally:
+            calls.active -= 1
 
     async def _answer_of(self, queued: QueuedInfer, request: InferRequest) -> pb.ModelInferResponse:
         """A queued request's answer, awaited on one future instead of the engine's coroutines."""
@@ -322,12 +333,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         if self._forwarding is not None:
             metadata = tuple(context.invocation_metadata() or ())
             call = functools.partial(self._stream_call, metadata=metadata)
+        calls = self.calls
+        calls.active += 1
         try:
             responses = stream_responses(call, request_iterator, strict, self._decoupled)
             async for response in responses:
                 yield response
         except NereidError as exc:
             await context.abort(GRPC_STATUS[exc.status], exc.message)
+        finally:
+            calls.active -= 1
 
     # model control (explicit mode)
     @_rpc
