@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 import pytest
@@ -16,6 +16,7 @@ from nereid.backends.base import BackendRequest, BackendResult, Outputs
 from nereid.engine import Engine
 from nereid.frontends.grpc import start_grpc_server
 from nereid.scheduling import DefaultScheduler
+from nereid.scheduling.default import Job
 from nereid.server import build_engine
 from nereid.settings import ServerSettings
 from nereid.statistics import RequestTiming
@@ -57,15 +58,29 @@ class WatchedScheduler(DefaultScheduler):
         self.requests = 0
         self.second_request = asyncio.Event()
 
-    async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
+    def _arrived(self) -> None:
         self.requests += 1
         if self.requests == 2:
             self.second_request.set()
+
+    async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
+        self._arrived()
         try:
             return await super().execute(request, timing)
         except asyncio.CancelledError:
             self.cancelled.set()
             raise
+
+    # unary calls queue by callback, and a client that leaves withdraws its job
+    def enqueue(
+        self, request: BackendRequest, timing: RequestTiming | None, done: Callable[[BackendResult], None]
+    ) -> Job:
+        self._arrived()
+        return super().enqueue(request, timing, done)
+
+    def withdraw(self, job: Job) -> None:
+        self.cancelled.set()
+        super().withdraw(job)
 
 
 def _request(request_id: str) -> pb.ModelInferRequest:

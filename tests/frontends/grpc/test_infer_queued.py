@@ -222,3 +222,19 @@ def test_a_pygrpc_native_without_the_internals_serves_every_call_its_own_way(
     monkeypatch.setattr(native, "_HOOKS", (*native._HOOKS, "_internals_of_another_version"))
     server = native.native_server(None)  # type: ignore[arg-type]
     assert type(server) is pygrpc_native.aio.Server
+
+
+def test_queued_calls_count_as_in_flight_until_answered(served: Served) -> None:
+    """What a stopping server waits for: on the native core a queued call has no coroutine, so the call
+    table's entries are counted as they come and go."""
+    model = served.engine.models.get("gate", "")
+    calls = [served.stub.ModelInfer.future(_request(0.0, request_id="running"))]
+    _until(lambda: model.scheduler.pending() == 0 and model.inflight == 1)  # executing
+    calls.append(served.stub.ModelInfer.future(_request(1.0, request_id="queued")))
+    _until(lambda: model.scheduler.pending() == 1)  # queued behind it
+    if served.core == "native":
+        assert served.server._servicer.calls.active == 2  # type: ignore[attr-defined]
+    served.release.touch()
+    assert sorted(_out(c.result(timeout=30)) for c in calls) == [0.0, 1.0]
+    if served.core == "native":
+        _until(lambda: served.server._servicer.calls.active == 0)  # type: ignore[attr-defined]

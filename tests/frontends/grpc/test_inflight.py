@@ -24,6 +24,9 @@ class _Engine:
         self.tracer = SimpleNamespace(active=False)
         self.release = asyncio.Event()
 
+    def infer_queued(self, request: Any) -> None:
+        return None  # the awaited path: `infer` below
+
     async def infer(self, request: Any) -> Any:
         await self.release.wait()
         raise Unavailable("refused once released")
