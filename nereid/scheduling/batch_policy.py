@@ -52,28 +52,34 @@ class Decision:
 def order(queue: Sequence[Pending], now: float) -> list[int]:
     """Queue positions in the order they are served: priority, then arrival; timed-out DELAY
     requests after the others of their priority level."""
-    return sorted(
-        range(len(queue)),
-        key=lambda i: (queue[i].priority, _delayed(queue[i], now), queue[i].arrival, i),
-    )
-
-
-def _delayed(request: Pending, now: float) -> bool:
-    return request.delay_on_timeout and request.deadline is not None and now >= request.deadline
+    keys = [
+        (r.priority, r.delay_on_timeout and r.deadline is not None and now >= r.deadline, r.arrival)
+        for r in queue
+    ]
+    return sorted(range(len(queue)), key=keys.__getitem__)  # stable: equal keys keep queue order
 
 
 def decide(queue: Sequence[Pending], now: float, policy: BatchPolicy, instance_free: bool = True) -> Decision:
+    # Called for every batch, with each request queued: written out for speed (one pass per step, the
+    # policy's numbers in locals).
     reject = tuple(
-        i
-        for i, r in enumerate(queue)
-        if r.deadline is not None and now >= r.deadline and not r.delay_on_timeout
+        [
+            i
+            for i, r in enumerate(queue)
+            if r.deadline is not None and now >= r.deadline and not r.delay_on_timeout
+        ]
     )
-    rejected = set(reject)
-    candidates = [i for i in order(queue, now) if i not in rejected]
+    if reject:
+        rejected = set(reject)
+        candidates = [i for i in order(queue, now) if i not in rejected]
+    else:
+        rejected = set()
+        candidates = order(queue, now)
     if not candidates or not instance_free:
         return Decision((), reject, _next_deadline(queue, now, rejected))
+    max_batch_size = policy.max_batch_size
     # Triton's rule: no preferred size configured means max_batch_size is the one preferred size.
-    preferred = set(policy.preferred_batch_sizes) or {policy.max_batch_size}
+    preferred = set(policy.preferred_batch_sizes) or {max_batch_size}
     largest_preferred = max(preferred)
     batch: list[int] = []
     size = 0
@@ -89,27 +95,29 @@ def decide(queue: Sequence[Pending], now: float, policy: BatchPolicy, instance_f
                 # The queue holds more than the largest preferred size: what fits under it goes now.
                 best = len(batch)
                 best_reason = (
-                    f"the next request would exceed max_batch_size {policy.max_batch_size}"
-                    if grown > policy.max_batch_size
+                    f"the next request would exceed max_batch_size {max_batch_size}"
+                    if grown > max_batch_size
                     else f"the next request would exceed the largest preferred batch size {largest_preferred}"
                 )
-            if grown > policy.max_batch_size:
-                stopped = f"the next request would exceed max_batch_size {policy.max_batch_size}"
+            if grown > max_batch_size:
+                stopped = f"the next request would exceed max_batch_size {max_batch_size}"
                 break
             if request.shape != first_shape:
                 stopped = "the next request's input shapes differ (shape mismatch)"
                 break
+            size = grown
+        else:
+            size = request.batch_size
         batch.append(i)
-        size += request.batch_size
         if size in preferred:
             best = len(batch)
             best_reason = (
                 f"reached max_batch_size {size}"
-                if size == policy.max_batch_size
+                if size == max_batch_size
                 else f"reached preferred batch size {size}"
             )
     delay = policy.max_queue_delay_s
-    due = min(queue[i].arrival for i in batch) + delay
+    due = min([queue[i].arrival for i in batch]) + delay if delay else 0.0
     exceeded = delay > 0 and now >= due
     if best and not exceeded:
         return Decision(tuple(batch[:best]), reject, reason=best_reason)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -25,7 +25,6 @@ from nereid.backends.base import (
     BackendResult,
     ModelInstance,
     Outputs,
-    batch_elements,
 )
 from nereid.errors import QueueFull, QueueTimeout, Unavailable, request_prefix
 from nereid.scheduling.base import DELAY_SCHEDULER_ENV, delay_count
@@ -104,17 +103,41 @@ class BatcherConfig:
         return self.level_queue_policies.get(level, self.default_queue_policy)
 
 
-@dataclass(eq=False, slots=True)
-class QueuedRequest:
-    """A request in the batcher's queue. Its outputs or its error go to `done`, called once on the event
-    loop, where the caller gave one (no future, no callback scheduled per request); else to `future`."""
+class QueuedRequest(Pending):
+    """A request in the batcher's queue, itself the Pending the policy reads (one object per request, not
+    two; written out, since a dataclass could only take these fields by keyword, at a cost). Its outputs
+    or its error go to `done`, called once on the event loop, where the caller gave one (no future, no
+    callback scheduled per request); else to `future`."""
 
-    request: BackendRequest
-    pending: Pending
-    future: asyncio.Future[Outputs] | None
-    timing: RequestTiming | None
-    queued_ns: int
-    done: Callable[[BackendResult], None] | None = None
+    __slots__ = ("request", "future", "timing", "queued_ns", "done")
+    __eq__ = object.__eq__  # an entry is itself, whatever its fields: not a dataclass's equality
+    __hash__ = object.__hash__
+
+    def __init__(
+        self,
+        batch_size: int,
+        shape: Hashable,
+        arrival: float,
+        priority: int,
+        deadline: float | None,
+        delay_on_timeout: bool,
+        request: BackendRequest,
+        future: asyncio.Future[Outputs] | None,
+        timing: RequestTiming | None,
+        queued_ns: int,
+        done: Callable[[BackendResult], None] | None = None,
+    ) -> None:
+        self.batch_size = batch_size
+        self.shape = shape
+        self.arrival = arrival
+        self.priority = priority
+        self.deadline = deadline
+        self.delay_on_timeout = delay_on_timeout
+        self.request = request
+        self.future = future
+        self.timing = timing
+        self.queued_ns = queued_ns
+        self.done = done
 
 
 @dataclass(eq=False, slots=True)
@@ -148,7 +171,10 @@ class DynamicBatcher:
         self.pool = InstancePool(model_label, instances, limiter=limiter, claims=claims)
         self.pool.on_room = self._schedule
         self._queue: list[QueuedRequest] = []
-        self._queued_per_level: dict[int, int] = {}
+        self._queued_per_level: dict[int, int] = {}  # counted only where a level's queue is bounded
+        self._bounded = any(
+            p.max_queue_size for p in (config.default_queue_policy, *config.level_queue_policies.values())
+        )
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -163,6 +189,12 @@ class DynamicBatcher:
                 "Delaying batcher thread for %s until %d queued requests...", model_label, self._held_until
             )
         self._deciding_soon = False  # a decision is due at the end of this turn of the event loop
+        # Without priority levels every request has the default level and its queue policy.
+        self._one_level = (
+            None
+            if config.priority_levels
+            else (config.default_priority_level, config.queue_policy(config.default_priority_level))
+        )
 
     # the Scheduler protocol
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
@@ -189,29 +221,48 @@ class DynamicBatcher:
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         config = self._config
-        level = config.level(request.priority)
-        queue_policy = config.queue_policy(level)
+        if self._one_level is None:
+            level = config.level(request.priority)
+            queue_policy = config.queue_policy(level)
+        else:
+            level, queue_policy = self._one_level
         if (
-            queue_policy.max_queue_size
+            self._bounded
+            and queue_policy.max_queue_size
             and self._queued_per_level.get(level, 0) >= queue_policy.max_queue_size
         ):
             raise QueueFull(f"{request_prefix(request.id)}Exceeds maximum queue size")
         now = self._clock()
         timeout_us = queue_policy.timeout_us(request.timeout_us)
-        pending = Pending(
-            batch_elements(request),
-            self._shape_key(request),
+        # The policy's view of it in one pass over its inputs: the batch size (the first input's first
+        # dimension) and the shapes it batches with (without the batch dimension and ragged inputs).
+        batch_size = -1
+        shapes = []
+        ragged = config.ragged_inputs
+        for name, array in request.inputs.items():
+            shape = array.shape
+            if batch_size < 0:
+                batch_size = shape[0] if shape else 1
+            if name not in ragged:
+                shapes.append((name, shape[1:]))
+        entry = QueuedRequest(
+            batch_size if batch_size >= 0 else 1,
+            tuple(shapes),
             now,
             level,
             now + timeout_us / 1e6 if timeout_us else None,
             queue_policy.delay_on_timeout,
+            request,
+            loop.create_future() if done is None else None,
+            timing,
+            time.perf_counter_ns(),
+            done,
         )
-        future = loop.create_future() if done is None else None
-        entry = QueuedRequest(request, pending, future, timing, time.perf_counter_ns(), done)
         self._queue.append(entry)
-        self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
-        if pending.deadline is not None:  # so that it is rejected on time even while no instance is free
-            self._arm(pending.deadline)
+        if self._bounded:
+            self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
+        if entry.deadline is not None:  # so that it is rejected on time even while no instance is free
+            self._arm(entry.deadline)
         self._decide_soon()
         return entry
 
@@ -242,14 +293,6 @@ class DynamicBatcher:
         self.pool.stop(self._fail_queued)
 
     # deciding
-    def _shape_key(self, request: BackendRequest) -> tuple:
-        ragged = self._config.ragged_inputs
-        if not ragged:
-            return tuple([(name, array.shape[1:]) for name, array in request.inputs.items()])
-        return tuple(
-            [(name, array.shape[1:]) for name, array in request.inputs.items() if name not in ragged]
-        )
-
     def _schedule(self, woken: bool = False) -> None:
         """Dispatch every batch the policy allows now; arm the timer for the next time it may change.
         `woken`: called by the timer, so timeouts are due even if no instance is free."""
@@ -264,7 +307,7 @@ class DynamicBatcher:
                 # last decision), so there is nothing to decide until an instance frees up or it fires.
                 return
             now = self._clock()
-            decision = decide([e.pending for e in self._queue], now, self._policy, instance >= 0)
+            decision = decide(self._queue, now, self._policy, instance >= 0)
             if decision.reject:
                 rejected = [self._queue[i] for i in decision.reject]
                 chosen = [self._queue[i] for i in decision.run]
@@ -282,7 +325,7 @@ class DynamicBatcher:
                     "model %s: batch of %d request(s), %d element(s): %s",
                     self._label,
                     len(chosen),
-                    sum(e.pending.batch_size for e in chosen),
+                    sum(e.batch_size for e in chosen),
                     decision.reason,
                 )
             self._dispatch(instance, chosen)
@@ -318,10 +361,14 @@ class DynamicBatcher:
         self._schedule(woken=True)
 
     def _remove(self, entries: list[QueuedRequest]) -> None:
-        gone = set(map(id, entries))
-        self._queue = [e for e in self._queue if id(e) not in gone]
-        for entry in entries:
-            self._queued_per_level[entry.pending.priority] -= 1
+        if len(entries) == len(self._queue):  # all of them (entries are queued, each once): the usual batch
+            self._queue = []
+        else:
+            gone = set(map(id, entries))
+            self._queue = [e for e in self._queue if id(e) not in gone]
+        if self._bounded:
+            for entry in entries:
+                self._queued_per_level[entry.priority] -= 1
 
     # executing
     def _dispatch(self, index: int, entries: list[QueuedRequest]) -> None:
@@ -352,7 +399,7 @@ class DynamicBatcher:
                 entry.timing.infer_ns = batch.infer_ns
                 entry.timing.batched = True
         if self._statistics is not None:
-            size = sum(e.pending.batch_size for e in entries)
+            size = sum(e.batch_size for e in entries)
             self._statistics.record_execution(size, 0, batch.infer_ns, time.perf_counter_ns() - answering)
         for entry, result in zip(entries, batch.results, strict=True):
             settle(entry, result)

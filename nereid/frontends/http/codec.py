@@ -458,26 +458,35 @@ def encode_infer_response(response: InferResponse, request: InferRequest) -> tup
     """The response body and, when binary tensors follow the JSON, the JSON header's length."""
     # `binary_data_output` only applies when the request lists no outputs; a listed output is JSON
     # unless it asks for binary itself (as Triton does).
-    default_binary = not request.outputs and request.parameters.get("binary_data_output", False) is True
-    binary_by_name = {o.name: o.binary for o in request.outputs or ()}
-    outputs: list[dict[str, Any]] = []
-    blobs: list[bytes] = []
+    requested = request.outputs
+    if requested:
+        default_binary = False
+        binary_by_name = {o.name: o.binary for o in requested}
+    else:
+        default_binary = request.parameters.get("binary_data_output", False) is True
+        binary_by_name = _NONE_BY_NAME
+    outputs: list[Any] = []
+    blobs: list[bytes] = [b""]  # the header goes first
     for tensor in response.outputs:
         binary = binary_by_name.get(tensor.name)
         if binary is None:
             binary = default_binary
+        if binary and tensor.shared_memory is None:
+            data, datatype, shape = tensor.data, tensor.datatype, tensor.shape
+            # an array of its datatype's dtype (nearly always) gives its row-major bytes directly
+            blob = (
+                data.tobytes() if data.dtype == _FIXED_SIZE.get(datatype) else tensor_to_bytes(data, datatype)
+            )
+            blobs.append(blob)
+            key = (tensor.name, datatype, shape if type(shape) is tuple else tuple(shape), len(blob))
+            outputs.append(_BINARY_ENTRIES.get(key) or _binary_entry(key))
+            continue
         entry: dict[str, Any] = {
             "name": tensor.name,
             "datatype": tensor.datatype,
             "shape": list(tensor.shape),
         }
-        if tensor.shared_memory is not None:
-            pass  # already written into the client's region
-        elif binary:
-            blob = tensor_to_bytes(tensor.data, tensor.datatype)
-            entry["parameters"] = {"binary_data_size": len(blob)}
-            blobs.append(blob)
-        else:
+        if tensor.shared_memory is None:  # else already written into the client's region
             entry["data"] = _json_data(tensor)
         outputs.append(entry)
     document: dict[str, Any] = {"id": response.id} if response.id else {}
@@ -487,9 +496,31 @@ def encode_infer_response(response: InferResponse, request: InferRequest) -> tup
         document["parameters"] = response.parameters
     document["outputs"] = outputs
     header = orjson.dumps(document, option=_JSON_OPTIONS)
-    if not blobs:
+    if len(blobs) == 1:
         return header, None
-    return b"".join([header, *blobs]), len(header)
+    blobs[0] = header
+    return b"".join(blobs), len(header)
+
+
+_NONE_BY_NAME: dict[str, bool | None] = {}
+# The JSON of a binary output's entry, by name, datatype, shape and size: the same few recur from
+# response to response, and orjson copies a Fragment as it is instead of serializing a dict again.
+_BINARY_ENTRIES: dict[tuple[str, str, tuple[int, ...], int], orjson.Fragment] = {}
+_MAX_BINARY_ENTRIES = 1024
+
+
+def _binary_entry(key: tuple[str, str, tuple[int, ...], int]) -> orjson.Fragment:
+    if len(_BINARY_ENTRIES) >= _MAX_BINARY_ENTRIES:  # shapes that vary without end
+        _BINARY_ENTRIES.clear()
+    name, datatype, shape, size = key
+    entry = {
+        "name": name,
+        "datatype": datatype,
+        "shape": list(shape),
+        "parameters": {"binary_data_size": size},
+    }
+    fragment = _BINARY_ENTRIES[key] = orjson.Fragment(orjson.dumps(entry, option=_JSON_OPTIONS))
+    return fragment
 
 
 def _json_data(tensor: InferTensor) -> Any:

@@ -35,6 +35,21 @@ max_batch_size: 0
 input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
 output [ {{ name: "OUT" data_type: TYPE_STRING dims: [ 2 ] }} ]
 """
+ECHO_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        inputs = [pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() for r in requests]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]) for x in inputs]
+"""
+ECHO_CONFIG = """name: "echo_fp32"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +61,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (repository / name / "1").mkdir(parents=True)
         (repository / name / "1" / "model.py").write_text(STRINGS_MODEL.format(who=name))
         (repository / name / "config.pbtxt").write_text(STRINGS_CONFIG.format(name=name))
+    (repository / "echo_fp32" / "1").mkdir(parents=True)
+    (repository / "echo_fp32" / "1" / "model.py").write_text(ECHO_MODEL)
+    (repository / "echo_fp32" / "config.pbtxt").write_text(ECHO_CONFIG)
     return repository
 
 
@@ -70,6 +88,17 @@ def test_inputs_reach_the_model_and_come_back_without_copies(manager: ModelManag
     strings = np.array([[b"a", b"bc"]], dtype=np.object_)
     outputs = infer(manager, "simple_identity", {"INPUT0": strings})
     assert outputs["OUTPUT0"] is strings
+
+
+def test_misaligned_inputs_reach_the_model_as_aligned_copies(manager: ModelManager) -> None:
+    # binary data read in place from an HTTP body starts wherever the JSON header ends
+    body = b"{" + np.arange(4, dtype=np.float32).tobytes()
+    misaligned = np.ndarray((4,), np.float32, body, 1)
+    assert not misaligned.flags.aligned
+    echoed = infer(manager, "echo_fp32", {"IN": misaligned})["OUT"]
+    assert echoed.flags.aligned and echoed.tolist() == [0.0, 1.0, 2.0, 3.0]
+    aligned = np.arange(4, dtype=np.float32)
+    assert infer(manager, "echo_fp32", {"IN": aligned})["OUT"] is aligned  # no copy where none is needed
 
 
 def test_models_with_files_of_one_name_keep_their_own_modules(manager: ModelManager) -> None:

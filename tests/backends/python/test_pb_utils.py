@@ -86,6 +86,40 @@ def test_requests_and_responses() -> None:
         pb_utils.InferenceResponse("x")  # type: ignore[arg-type]
 
 
+def test_a_requests_input_is_found_on_stand_ins_for_requests_and_tensors() -> None:
+    class StandIn:  # what a model's own unit tests may pass: the methods alone
+        def __init__(self, name: str) -> None:
+            self._label = name
+
+        def name(self) -> str:
+            return self._label
+
+        def inputs(self) -> list[StandIn]:
+            return [StandIn("A"), self]
+
+    stand_in = StandIn("B")
+    assert pb_utils.get_input_tensor_by_name(stand_in, "B") is stand_in  # type: ignore[arg-type]
+    assert pb_utils.get_input_tensor_by_name(stand_in, "C") is None  # type: ignore[arg-type]
+    # a request holding something else than Tensors among its inputs: looked up through their methods
+    x = pb_utils.Tensor("X", np.zeros(1, np.int8))
+    mixed = pb_utils.InferenceRequest(model_name="m", inputs=[stand_in, x])  # type: ignore[list-item]
+    assert pb_utils.get_input_tensor_by_name(mixed, "X") is x
+
+
+def test_a_responses_tensors_are_its_own_list() -> None:
+    out = pb_utils.Tensor("OUT", np.ones(2, np.float32))
+    tensors = [out]
+    response = pb_utils.InferenceResponse(output_tensors=tensors)
+    tensors.append(out)  # the model's list may change afterwards; the response keeps what it was given
+    assert response.output_tensors() == [out] and response.parameters() == "{}"
+    assert pb_utils.InferenceResponse((out,)).output_tensors() == [out]
+    assert pb_utils.InferenceResponse().output_tensors() == []
+    with pytest.raises(pb_utils.TritonModelException, match="list of Tensor, got dict"):
+        pb_utils.InferenceResponse({"OUT": out})  # type: ignore[arg-type]
+    with pytest.raises(pb_utils.TritonModelException, match="must be a TritonError"):
+        pb_utils.InferenceResponse([out], error="failed")  # type: ignore[arg-type]
+
+
 def test_config_helpers() -> None:
     config = {
         "input": [{"name": "A", "dims": [2]}],
