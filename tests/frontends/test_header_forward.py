@@ -63,7 +63,7 @@ def test_the_flags_are_parsed_and_bad_patterns_refused() -> None:
 
 
 class _Recording:
-    """Wraps an engine's infer to keep the requests the frontend built."""
+    """Wraps an engine's infer and infer_queued to keep the requests the frontend built."""
 
     def __init__(self, engine: Engine) -> None:
         self.requests: list[InferRequest] = []
@@ -74,6 +74,13 @@ class _Recording:
             return await infer(request)
 
         engine.infer = recording  # type: ignore[method-assign]
+        infer_queued = engine.infer_queued
+
+        def recording_queued(request: InferRequest) -> Any:  # unary calls queued by callback
+            self.requests.append(request)
+            return infer_queued(request)
+
+        engine.infer_queued = recording_queued  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="module")
