@@ -218,6 +218,8 @@ class ModelManager:
             self._polled[source.key] = _poll_fingerprint(source)
             return
         _log_failures(result)
+        if not result.failures:
+            _log_loaded(result.name)
         self._models[source.key] = _ModelEntry(
             result.name, result.versions, result.failures, result.withdrawn
         )
@@ -338,6 +340,7 @@ class ModelManager:
             self._retire(current, keep=result.versions.values())
         if result.failures:
             raise InvalidArgument(_load_failed(name, result))
+        _log_loaded(name)
         if config is not None and not files:
             self._overrides[key] = (config, time.time())
 
@@ -730,3 +733,9 @@ def _log_step(step: str, name: str, what: str) -> None:
     """Verbose (level 2) marks of a model's load ending and its unload starting. Triton's verbose log
     names these steps after its own functions, and tools check their order by those names."""
     log.log(verbose(2), "%s() '%s': %s", step, name, what)
+
+
+def _log_loaded(name: str) -> None:
+    """Once per load that ended with every version it asked for serving (versions it kept count): the
+    line Triton's logs carry and its tests count."""
+    log.info("successfully loaded '%s'", name)

@@ -331,3 +331,29 @@ def test_stop_lets_a_load_under_way_end_then_unloads_what_it_loaded(
         "AsyncUnload() 'beta': unloading at shutdown",
         "successfully unloaded 'beta' version 1",
     ]
+
+
+def test_each_successful_load_is_logged_once(repo: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """As Triton's log: one line per load that serves every version asked for, whether it started,
+    reloaded or kept versions; none for a load that failed."""
+
+    def loaded() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "successfully loaded" in r.getMessage()]
+
+    with caplog.at_level(logging.INFO, logger="nereid"):
+        manager = ModelManager(
+            ServerSettings(model_repositories=(repo,), model_control_mode="explicit", load_models=("alpha",))
+        )
+        manager.start()
+        try:
+            assert loaded() == ["successfully loaded 'alpha'"]
+            manager.load("alpha")  # nothing changed: the version is kept, and the load still succeeds
+            _version(repo, "alpha", 2)
+            manager.load("alpha")
+            assert loaded() == ["successfully loaded 'alpha'"] * 3
+            (repo / "beta" / "1" / "model.onnx").write_bytes(b"not an onnx file")
+            with pytest.raises(InvalidArgument):
+                manager.load("beta")
+            assert loaded() == ["successfully loaded 'alpha'"] * 3
+        finally:
+            manager.stop()
