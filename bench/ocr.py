@@ -68,10 +68,7 @@ def twin_repository(target: Path) -> Path:
     for name in ONNX_MODELS:
         shutil.copy(TWIN, target / name / "1" / "model.py")
         config = target / name / "config.pbtxt"
-        text = config.read_text().replace('backend: "onnxruntime"', 'backend: "python"')
-        # Nereid runs these stand-ins in its server process, as it runs the ONNX models themselves;
-        # Triton ignores the parameter and runs them in stub processes, as its Python backend does.
-        config.write_text(text + '\nparameters { key: "EXECUTION_MODE" value: { string_value: "thread" } }\n')
+        config.write_text(config.read_text().replace('backend: "onnxruntime"', 'backend: "python"'))
     return target
 
 
