@@ -30,7 +30,7 @@ from nereid.errors import (
     request_prefix,
 )
 from nereid.repository.model import ModelVersion
-from nereid.request_checks import backend_inputs, backend_request, inputs_batch_size, requested_outputs
+from nereid.request_checks import backend_request, checked_request, inputs_batch_size
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -100,9 +100,9 @@ class Admission:
                     if tensor.shared_memory is not None:
                         _read_shared_memory_inputs(shared_memory, model, request)
                         break
-            inputs = backend_inputs(model, request)
-            self.wanted = wanted = requested_outputs(model, request)
-            if request.outputs and shared_memory is not None:
+            inputs, wanted = checked_request(model, request)
+            self.wanted = wanted
+            if request.outputs and shared_memory is not None and request.layout is None:
                 regions = {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
                 if regions:
                     check_outputs_fit(shared_memory, regions)

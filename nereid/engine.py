@@ -150,7 +150,7 @@ class Engine:
             not isinstance(scheduler, (DynamicBatcher, DefaultScheduler))
             or model.decoupled
             or (model.response_cache and self._cache is not None)
-            or request.shared_memory_regions()
+            or (request.layout is None and request.shared_memory_regions())  # a layout has none
         ):
             return None
         admission = Admission(model, request, self.shared_memory)  # counted in flight, checked

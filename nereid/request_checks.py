@@ -52,6 +52,30 @@ def requested_outputs(model: ModelVersion, request: InferRequest) -> Sequence[Re
     return tuple(chosen.values())
 
 
+# Layouts a model version keeps as checked at most; past that the set starts again.
+MAX_CHECKED_LAYOUTS = 256
+
+
+def checked_request(
+    model: ModelVersion, request: InferRequest
+) -> tuple[dict[str, np.ndarray], Sequence[RequestedOutput]]:
+    """`backend_inputs` and `requested_outputs`. A request whose layout passed them before skips the
+    checks, which read nothing a layout leaves open (input names, datatypes and shapes, outputs asked
+    for), so it would pass them again; layouts whose inputs the backend sees reshaped are not kept."""
+    layout = request.layout
+    checked = model.checked_layouts
+    if layout is not None and layout in checked:
+        inputs = {tensor.name: tensor.data for tensor in reversed(request.inputs)}
+        return inputs, (tuple(request.outputs) if request.outputs else model.all_outputs)
+    inputs = backend_inputs(model, request)
+    wanted = requested_outputs(model, request)
+    if layout is not None and all(model.inputs[name].backend_dims is None for name in inputs):
+        if len(checked) >= MAX_CHECKED_LAYOUTS:
+            checked.clear()
+        checked.add(layout)
+    return inputs, wanted
+
+
 def backend_inputs(model: ModelVersion, request: InferRequest) -> dict[str, np.ndarray]:
     """Inputs keyed by name, reshaped to what the backend expects; raises on any mismatch."""
     specs = model.inputs

@@ -34,6 +34,18 @@ class InferTensor:
     shared_memory: SharedMemoryRef | None = None  # where the data is (inputs) or goes (outputs)
 
 
+@dataclass(frozen=True, slots=True)
+class InputLayout:
+    """An input as the frontends' layout caches keep it: everything but its data, a plain array of
+    `byte_size` bytes."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    byte_size: int
+
+
 @dataclass(slots=True)
 class RequestedOutput:
     """An output the client asked for; `binary` None means "as the request-level default"."""
@@ -62,6 +74,10 @@ class InferRequest:
     trace: RequestTrace | None = None  # the request is traced (sampled by its frontend, or a traced child)
     # The repository an ensemble's step prefers its model from (--model-namespacing); "" for the others.
     model_namespace: str = ""
+    # What a frontend's layout cache decoded it from, shared by every request it decodes the same way
+    # (names, datatypes and shapes of the inputs, outputs asked for; no shared memory, no controls); None
+    # for the others. A model version checks each layout once (see request_checks.checked_request).
+    layout: object | None = None
 
     def shared_memory_regions(self) -> list[str]:
         """The registered regions this request reads inputs from or writes outputs into."""

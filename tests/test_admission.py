@@ -4,9 +4,11 @@ requests counted nowhere, each admitted request recorded once (a stream stopped 
 from __future__ import annotations
 
 import asyncio
+import copy
 import shutil
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ import tritonclient.utils.shared_memory as shm
 from nereid.backends.base import BackendRequest, Outputs
 from nereid.engine import Engine
 from nereid.errors import InternalError, InvalidArgument
+from nereid.request_checks import MAX_CHECKED_LAYOUTS, checked_request
 from nereid.shared_memory import SharedMemoryRef
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -214,3 +217,49 @@ def test_a_python_models_error_response_counts_as_a_success_and_an_exception_as_
         failures + 1,
         {**reasons, "BACKEND": reasons["BACKEND"] + 1},
     )
+
+
+def test_a_layout_is_checked_once_per_model_version(engine: Engine) -> None:
+    simple = engine.models.get("simple")
+    layout = object()  # what a frontend's layout cache hands out: one token per request structure
+    request = _simple()
+    request.layout = layout
+    request.outputs = [RequestedOutput("OUTPUT1")]
+    checked = checked_request(simple, request)
+    assert layout in simple.checked_layouts
+    again = checked_request(simple, request)  # from the set: the same inputs, in the same order
+    assert list(again[0]) == list(checked[0]) == ["INPUT1", "INPUT0"]
+    assert [o.name for o in again[1]] == [o.name for o in checked[1]] == ["OUTPUT1"]
+    # another model version checks the layout itself, and refuses it
+    repeat = engine.models.get("repeat")
+    with pytest.raises(InvalidArgument, match="unexpected inference input"):
+        checked_request(repeat, request)
+    assert layout not in repeat.checked_layouts
+    # a refused layout is not kept either
+    wrong = _simple("FP32")
+    wrong.layout = other = object()
+    with pytest.raises(InvalidArgument, match="data-type is 'FP32'"):
+        checked_request(simple, wrong)
+    assert other not in simple.checked_layouts
+
+
+def test_the_checked_layouts_are_bounded(engine: Engine) -> None:
+    simple = engine.models.get("simple")
+    for _ in range(MAX_CHECKED_LAYOUTS + 5):
+        request = _simple()
+        request.layout = object()
+        checked_request(simple, request)
+    assert 0 < len(simple.checked_layouts) <= MAX_CHECKED_LAYOUTS
+
+
+def test_a_layout_whose_inputs_the_backend_sees_reshaped_is_not_kept(engine: Engine) -> None:
+    simple = engine.models.get("simple")
+    reshaped = copy.copy(simple)
+    reshaped.inputs = {name: replace(spec, backend_dims=(4, 4)) for name, spec in simple.inputs.items()}
+    reshaped.checked_layouts = set()
+    request = _simple()
+    request.layout = object()
+    for _ in range(2):  # checked, and reshaped, each time
+        inputs, _ = checked_request(reshaped, request)
+        assert inputs["INPUT0"].shape == (1, 4, 4)
+    assert not reshaped.checked_layouts

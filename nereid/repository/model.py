@@ -52,6 +52,8 @@ class ModelVersion:
     decoupled: bool = field(init=False)  # responses come through streams (model_transaction_policy)
     version_text: str = field(init=False)
     all_outputs: tuple[RequestedOutput, ...] = field(init=False)  # what a request naming no outputs gets
+    # Request layouts that passed this version's checks (request_checks.checked_request)
+    checked_layouts: set[object] = field(init=False, default_factory=set)
 
     # Requests between lookup and response. Touched on the event loop only; a retired version (replaced
     # or unloaded) is stopped once it reaches zero, so no request in flight is dropped.

@@ -28,7 +28,7 @@ from tritonclient.grpc import service_pb2 as pb
 from nereid.datatypes import WIRE_DATATYPES, numpy_dtype, tensor_to_bytes
 from nereid.errors import NereidError
 from nereid.frontends.grpc.codec import check_shape, decode_infer_request, encode_infer_response
-from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from nereid.types import InferRequest, InferResponse, InferTensor, InputLayout, RequestedOutput
 
 # Layouts kept at most; past that the table starts again (requests that differ in their ids, say).
 MAX_LAYOUTS = 256
@@ -37,23 +37,14 @@ _ARRAY_DTYPES = {datatype: numpy_dtype(datatype) for datatype in WIRE_DATATYPES 
 _RAW_TAG_SIZE = 1  # raw_input_contents is field 7, length-delimited: a one-byte tag
 
 
-@dataclass(frozen=True, slots=True)
-class _Input:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    byte_size: int
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # hashed by identity: model versions keep the checked ones
 class Layout:
     """Everything of a request but its raw contents, checked once."""
 
     model_name: str
     model_version: str
     id: str
-    inputs: tuple[_Input, ...]
+    inputs: tuple[InputLayout, ...]
     outputs: tuple[str, ...] | None
 
     def request(self, contents: list[bytes]) -> InferRequest | None:
@@ -70,7 +61,7 @@ class Layout:
         outputs = None
         if self.outputs is not None:
             outputs = [RequestedOutput(name, None, 0, {}, None) for name in self.outputs]
-        return InferRequest(self.model_name, self.model_version, inputs, outputs, self.id)
+        return InferRequest(self.model_name, self.model_version, inputs, outputs, self.id, layout=self)
 
 
 def _varint_size(value: int) -> int:
@@ -99,7 +90,7 @@ def _layout(prefix: bytes, raw_count: int) -> Layout | None:
             count = check_shape(shape, tensor.name)
         except NereidError:
             return None
-        inputs.append(_Input(tensor.name, tensor.datatype, shape, dtype, count * dtype.itemsize))
+        inputs.append(InputLayout(tensor.name, tensor.datatype, shape, dtype, count * dtype.itemsize))
     outputs = None
     if message.outputs:
         if any(output.parameters for output in message.outputs):

@@ -17,6 +17,7 @@ from nereid.datatypes import (
 )
 from nereid.errors import InputDataError, InternalError, InvalidArgument, request_prefix
 from nereid.frontends.http import json_body
+from nereid.frontends.http.layouts import LayoutCache
 from nereid.shared_memory import SharedMemoryRef
 from nereid.tensor_data import MAX_ELEMENTS, MAX_RANK, shape_too_large
 from nereid.types import (
@@ -44,10 +45,29 @@ _INT64_MAX = 2**63 - 1
 _MAX_JSON_NESTING = 100
 
 
+_LAYOUTS = LayoutCache()
+
+
 def decode_infer_request(
     body: bytes, header_length: int | None, model_name: str, model_version: str
 ) -> InferRequest:
     """Parse an infer body. `header_length` is the Inference-Header-Content-Length value, if sent."""
+    if header_length is not None and 0 < header_length <= len(body) and type(body) is bytes:
+        # binary tensor data: a JSON header seen before decodes as it did then (see layouts)
+        header = body[:header_length]
+        layout = _LAYOUTS.get(header)
+        if layout is not None:
+            request = layout.request(body, header_length, model_name, model_version)
+            if request is not None:
+                return request
+        elif not _LAYOUTS.known(header):
+            request = _decode(body, header_length, model_name, model_version)
+            _LAYOUTS.remember(header, request, body, len(body) - header_length)
+            return request
+    return _decode(body, header_length, model_name, model_version)
+
+
+def _decode(body: bytes, header_length: int | None, model_name: str, model_version: str) -> InferRequest:
     # The binary tensors are read in place, as arrays over `body` from offset `start` on: no copy of them.
     if header_length is None:
         header, start = body, len(body)
