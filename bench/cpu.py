@@ -1,11 +1,15 @@
 """CPU time a server spends per request: all its processes (the server and its children, such as Python
 backend workers or stubs), from /proc/<pid>/stat, over a measurement, divided by the requests it completed
-meanwhile (the model's success count in its statistics)."""
+meanwhile (the model's success count in its statistics). Beside it, the load generator's: the CPU of the
+child processes that ended within the measurement (perf_analyzer, run to its end inside it) per request,
+since a server's protocol choices (how many writes and packets a response takes) cost the client too.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -94,6 +98,12 @@ def completed_requests(http_port: int, model: str) -> int:
 @dataclass
 class CpuPerRequest:
     microseconds: float = 0.0
+    client_microseconds: float = 0.0  # of the children that ended meanwhile (the load generator)
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 @contextmanager
@@ -101,6 +111,8 @@ def cpu_per_request(pid: int, requests: Callable[[], int]) -> Iterator[CpuPerReq
     """Measure around a block: CPU microseconds of the process tree per request completed within it."""
     result = CpuPerRequest()
     before_cpu, before_requests = tree_cpu_seconds(pid), requests()
+    before_client = _children_cpu_seconds()
     yield result
     done = requests() - before_requests
     result.microseconds = (tree_cpu_seconds(pid) - before_cpu) * 1e6 / max(1, done)
+    result.client_microseconds = (_children_cpu_seconds() - before_client) * 1e6 / max(1, done)

@@ -59,6 +59,9 @@ class Run:
     flags: tuple[str, ...] = ()  # Nereid's extra flags (--traced)
     rates: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     cpu_us: dict[tuple[str, int], list[float]] = field(default_factory=dict)  # per request
+    client_us: dict[tuple[str, int], list[float]] = field(
+        default_factory=dict
+    )  # perf_analyzer's, per request
     batch_sizes: list[float] = field(default_factory=list)
 
 
@@ -154,6 +157,7 @@ def measure(
                 run.rates.setdefault((protocol, concurrency), []).append(float(row["Inferences/Second"]))
                 if served:
                     run.cpu_us.setdefault((protocol, concurrency), []).append(cpu.microseconds)
+                    run.client_us.setdefault((protocol, concurrency), []).append(cpu.client_microseconds)
         if run.name not in CEILINGS.values():
             run.batch_sizes.append(average_batch(http_port))
     finally:
@@ -218,14 +222,16 @@ def report(runs: list[Run], protocols: tuple[str, ...], concurrencies: list[int]
     nereids = [r for r in runs if r.name.startswith("nereid")]
     median = {(r.name, key): statistics.median(rates) for r in runs for key, rates in r.rates.items()}
     cpu = {(r.name, key): statistics.median(us) for r in runs for key, us in r.cpu_us.items()}
+    client = {(r.name, key): statistics.median(us) for r in runs for key, us in r.client_us.items()}
     print(
         f"\nmodel {MODEL} (Python backend, FP32 [16], max_batch_size 64, dynamic_batching), median infer/s,"
-        " CPU us per request (all the server's processes), per-round range of nereid/triton:"
+        " CPU us per request (all the server's processes; 'pa us': perf_analyzer's, against each server),"
+        " per-round range of nereid/triton:"
     )
     print(
         f"  {'server':<13} {'protocol':<8} {'conc':>4} {'infer/s':>9} {'triton':>9} {'ceiling':>9}"
         f" {'n/triton':>9} {'rounds':>10} {'n/ceiling':>9} {'c/triton':>9} {'cpu us':>7} {'triton us':>9}"
-        f" {'cpu ratio':>9}"
+        f" {'cpu ratio':>9} {'pa us':>5} {'t pa us':>7}"
     )
     met = True
     for run in nereids:
@@ -242,6 +248,7 @@ def report(runs: list[Run], protocols: tuple[str, ...], concurrencies: list[int]
                 )
                 line += f" {per_round[0]:>4.2f}-{per_round[-1]:<4.2f} {n / ceiling:>9.2f} {ceiling / t:>9.2f}"
                 line += f" {cpu_n:>7.0f} {cpu_t:>9.0f} {cpu_n / cpu_t:>9.2f}"
+                line += f" {client[(run.name, key)]:>5.0f} {client[('triton', key)]:>7.0f}"
                 checks = []
                 if protocol == "http":
                     target = HTTP_TARGET_HIGH if c >= HIGH_FROM else HTTP_TARGET
