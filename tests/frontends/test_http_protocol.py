@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import orjson
 import pytest
 
-from nereid.frontends.http import error_response
+from nereid.frontends.http import error_response, protocol
 from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, HttpResponse, HttpServer
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
@@ -468,3 +468,25 @@ def test_client_leaving_cancels_its_deferred_response() -> None:
             later.callback(HttpResponse(200, b"late"))  # an answer after the cancellation goes nowhere
 
     asyncio.run(scenario())
+
+
+def test_header_names_read_in_any_case_are_keyed_in_lower_case_and_their_table_is_bounded() -> None:
+    seen: list[dict[str, str]] = []
+
+    async def headers(request: HttpRequest) -> HttpResponse:
+        seen.append(dict(request.headers))
+        return HttpResponse(200, b"", [])
+
+    async def scenario() -> None:
+        async with _server(headers) as server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            names = ["X-Custom", "x-custom", "X-CUSTOM"] + [f"X-Name-{i}" for i in range(1100)]
+            for name in names:
+                writer.write(_post("/h", b"", f"{name}: v"))
+                assert (await _read_response(reader))[0] == 200
+            writer.close()
+
+    asyncio.run(scenario())
+    assert [h.get("x-custom") for h in seen[:3]] == ["v", "v", "v"]
+    assert all(h["host"] == "x" and h[f"x-name-{i}"] == "v" for i, h in enumerate(seen[3:]))
+    assert len(protocol._HEADER_KEYS) <= protocol._MAX_HEADER_KEYS

@@ -235,6 +235,19 @@ class HttpServer:
                     connection.close_when_idle()
 
 
+# Header names as read (any case) to their lower-case text: clients send the same few names on every
+# request, so each is decoded and lowered once.
+_HEADER_KEYS: dict[bytes, str] = {}
+_MAX_HEADER_KEYS = 1024
+
+
+def _header_key(name: bytes) -> str:
+    if len(_HEADER_KEYS) >= _MAX_HEADER_KEYS:  # names that vary without end
+        _HEADER_KEYS.clear()
+    key = _HEADER_KEYS[name] = name.decode("latin-1").lower()
+    return key
+
+
 class _Connection(asyncio.Protocol):
     def __init__(self, server: HttpServer) -> None:
         self._server = server
@@ -403,7 +416,9 @@ class _Connection(asyncio.Protocol):
         if self._header_count > MAX_HEADER_COUNT:
             self._refuse(431, f"request has more than {MAX_HEADER_COUNT} header lines")
             return
-        key = name.decode("latin-1").lower()
+        key = _HEADER_KEYS.get(name)
+        if key is None:
+            key = _header_key(name)
         text = value.decode("latin-1")
         previous = self._headers.get(key)
         if previous is None:
