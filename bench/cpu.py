@@ -1,6 +1,7 @@
 """CPU time a server spends per request: all its processes (the server and its children, such as Python
 backend workers or stubs), from /proc/<pid>/stat, over a measurement, divided by the requests it completed
-meanwhile (the model's success count in its statistics). Beside it, the load generator's: the CPU of the
+meanwhile (the model's success count in its statistics), and the part of it in the Python backend's model
+processes (Nereid's workers, Triton's stubs; the rest is the server's). Beside it, the load generator's: the CPU of the
 child processes that ended within the measurement (perf_analyzer, run to its end inside it) per request,
 since a server's protocol choices (how many writes and packets a response takes) cost the client too.
 """
@@ -55,6 +56,24 @@ def tree_cpu_seconds(*roots: int) -> float:
     return sum(_cpu_seconds(_stat(pid)) for pid in tree_pids(*roots))
 
 
+# What the Python backend's model processes run: Nereid's workers, Triton's stubs.
+_WORKER_MARKS = (b"backends/python/worker/__main__.py", b"triton_python_backend_stub")
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            command = cmdline.read()
+    except OSError:
+        return False
+    return any(mark in command for mark in _WORKER_MARKS)
+
+
+def worker_cpu_seconds(*roots: int) -> float:
+    """utime + stime of the Python backend's model processes (workers, stubs) in the tree, now."""
+    return sum(_cpu_seconds(_stat(pid)) for pid in tree_pids(*roots) if _is_worker(pid))
+
+
 def thread_cpu_seconds(*roots: int) -> dict[tuple[int, int], float]:
     """(pid, thread id) -> utime + stime of each thread of the process tree, now."""
     threads = {}
@@ -98,6 +117,7 @@ def completed_requests(http_port: int, model: str) -> int:
 @dataclass
 class CpuPerRequest:
     microseconds: float = 0.0
+    worker_microseconds: float = 0.0  # the part spent in the Python backend's workers or stubs
     client_microseconds: float = 0.0  # of the children that ended meanwhile (the load generator)
 
 
@@ -111,8 +131,9 @@ def cpu_per_request(pid: int, requests: Callable[[], int]) -> Iterator[CpuPerReq
     """Measure around a block: CPU microseconds of the process tree per request completed within it."""
     result = CpuPerRequest()
     before_cpu, before_requests = tree_cpu_seconds(pid), requests()
-    before_client = _children_cpu_seconds()
+    before_workers, before_client = worker_cpu_seconds(pid), _children_cpu_seconds()
     yield result
     done = requests() - before_requests
     result.microseconds = (tree_cpu_seconds(pid) - before_cpu) * 1e6 / max(1, done)
+    result.worker_microseconds = (worker_cpu_seconds(pid) - before_workers) * 1e6 / max(1, done)
     result.client_microseconds = (_children_cpu_seconds() - before_client) * 1e6 / max(1, done)

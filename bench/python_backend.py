@@ -122,6 +122,7 @@ def measure_server(
                         binary, lib, MODEL, PROTOCOLS[protocol](port), f"{concurrency}:{concurrency}:1", args
                     )
                 row["cpu us"] = f"{cpu.microseconds:.1f}"
+                row["worker us"] = f"{cpu.worker_microseconds:.1f}"
                 results.setdefault((server, protocol, concurrency), []).append(row)
     finally:
         stop(process)
@@ -151,12 +152,13 @@ def report(
 ) -> None:
     print(
         f"model {MODEL} (Python backend, FP32 [16], max_batch_size 64), batch 1, perf_analyzer, median round;"
-        " cpu: CPU microseconds per request, all the server's processes:"
+        " cpu: CPU microseconds per request, all the server's processes; wrk: the part in its Python"
+        " backend workers (Nereid) or stubs (Triton), the rest in the server process:"
     )
     nereids = [s for s in servers if s.startswith("nereid")]
     header = f"  {'protocol':<8} {'conc':>4}"
     for server in servers:
-        header += f" {server + ' inf/s':>19} {'p50 ms':>7} {'p99 ms':>7} {'cpu us':>7}"
+        header += f" {server + ' inf/s':>19} {'p50 ms':>7} {'p99 ms':>7} {'cpu us':>7} {'wrk us':>6}"
     if "triton" in servers:
         for server in nereids:
             header += f" {server + '/triton':>19} {'per round':>10} {'cpu ratio':>9}"
@@ -165,16 +167,19 @@ def report(
         for concurrency in concurrencies:
             line = f"  {protocol:<8} {concurrency:>4}"
             medians = {server: _median_row(results[(server, protocol, concurrency)]) for server in servers}
-            cpu = {
-                server: statistics.median(
-                    float(r["cpu us"]) for r in results[(server, protocol, concurrency)]
-                )
-                for server in servers
-            }
+            cpu, worker = (
+                {
+                    server: statistics.median(
+                        float(r[column]) for r in results[(server, protocol, concurrency)]
+                    )
+                    for server in servers
+                }
+                for column in ("cpu us", "worker us")
+            )
             for server, row in medians.items():
                 line += (
                     f" {float(row['Inferences/Second']):>19.1f} {int(row['p50 latency']) / 1000:>7.3f}"
-                    f" {int(row['p99 latency']) / 1000:>7.3f} {cpu[server]:>7.0f}"
+                    f" {int(row['p99 latency']) / 1000:>7.3f} {cpu[server]:>7.0f} {worker[server]:>6.0f}"
                 )
             if "triton" in servers:
                 for server in nereids:
