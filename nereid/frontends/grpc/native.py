@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 import grpc
@@ -36,9 +37,20 @@ INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 _HOOKS = ("_on_events", "_calls", "_table", "_front", "_loop", "_receive_limit", "_within_send_limit")
 
 
+def io_threads() -> int:
+    """Threads for the native core's HTTP/2 work: one on a host with two CPUs or fewer, else two.
+
+    One such thread moves far more calls than the event loop can serve, so a second one only helps where
+    it has a CPU to itself. On two CPUs it is one more thread to wake and switch to: with perf_analyzer at
+    concurrency 16 against a batched Python model, one thread served 1.02 to 1.26 times the calls of two
+    (five alternating runs), at about 10% less CPU per call."""
+    return 1 if len(os.sched_getaffinity(0)) <= 2 else 2
+
+
 def native_server(servicer: InferenceServicer, **kwargs: Any) -> pygrpc_native.aio.Server:
     """The server with ModelInfer by callback; pygrpc-native's own where its internals differ from the
     ones this was written for (every call then takes its ordinary path)."""
+    kwargs.setdefault("io_threads", io_threads())
     probe = pygrpc_native.aio.Server(**kwargs)
     if not all(hasattr(probe, name) for name in _HOOKS):
         log.warning("pygrpc-native %s: ModelInfer takes the general path", pygrpc_native.__version__)

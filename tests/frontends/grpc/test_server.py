@@ -110,3 +110,15 @@ def test_without_the_native_package_grpc_aio_serves(monkeypatch: pytest.MonkeyPa
     )
     core, why = choose_core(GrpcOptions(request_compression=GZIP_ONLY))
     assert core == "aio" and "pip install 'nereid[grpc]'" in why
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [({0}, 1), ({0, 1}, 1), ({0, 1, 2}, 2), (set(range(16)), 2)])
+def test_the_native_core_takes_one_io_thread_on_two_cpus_or_fewer(
+    monkeypatch: pytest.MonkeyPatch, cpus: set[int], threads: int
+) -> None:
+    from nereid.frontends.grpc import native
+
+    monkeypatch.setattr(native.os, "sched_getaffinity", lambda pid: cpus)
+    assert native.io_threads() == threads
+    server = native.native_server(object())  # type: ignore[arg-type]
+    assert server._io_threads == threads
