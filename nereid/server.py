@@ -256,13 +256,16 @@ async def _stop(
     countdown: ExitCountdown,
     calls: InferCalls,
 ) -> None:
+    """The endpoints one after the other, as Triton stops them: HTTP (its open connections serve until their
+    clients leave), then gRPC (its calls finish), each within what is left of the countdown."""
+    if http is not None:
+        await http.stop(max(countdown.deadline - time.monotonic(), 0.0), countdown)
     grace = max(countdown.deadline - time.monotonic(), 0.0)
     reporter = (
         asyncio.create_task(report_while_draining(calls, countdown)) if grpc_server is not None else None
     )
     try:
         await asyncio.gather(
-            *([http.stop(grace, countdown)] if http is not None else []),
             *([grpc_server.stop(grace)] if grpc_server is not None else []),
             *([metrics.stop(min(grace, 1.0))] if metrics is not None else []),
         )

@@ -186,24 +186,25 @@ def test_sigterm_stops_cleanly_under_load(tmp_path: Path) -> None:
     then exits at once, no request having failed."""
     server = start_nereid(_repository(tmp_path), tmp_path / "nereid.log")
     errors: list[str] = []
-    answered = threading.Event()
     signalled, leave = threading.Event(), threading.Event()
-    after_signal = threading.Semaphore(0)
+    before_signal, after_signal = threading.Semaphore(0), threading.Semaphore(0)
 
     def client_loop() -> None:
         client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
-        counted = False
+        answers_after_signal = 0
         try:
+            _infer(client)  # connected before the signal
+            before_signal.release()
             while not leave.is_set():
                 try:
                     _infer(client)
-                    answered.set()
-                    if signalled.is_set() and not counted:
-                        counted = True
-                        after_signal.release()
                 except InferenceServerException as exc:  # an HTTP error response: never acceptable
                     errors.append(str(exc))
                     return
+                if signalled.is_set():
+                    answers_after_signal += 1
+                    if answers_after_signal == 1:
+                        after_signal.release()
         finally:
             client.close()
 
@@ -211,7 +212,8 @@ def test_sigterm_stops_cleanly_under_load(tmp_path: Path) -> None:
     try:
         for thread in threads:
             thread.start()
-        assert answered.wait(30)
+        for _ in threads:
+            assert before_signal.acquire(timeout=30)
         server.process.send_signal(signal.SIGTERM)
         signalled.set()
         for _ in threads:  # each open connection is still answered after the signal

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 
 from tests.conftest import RunningServer, start_nereid, stop
 
@@ -181,7 +182,7 @@ def test_an_open_connection_serves_until_its_client_closes_it(tmp_path: Path) ->
     model = tmp_path / "repo" / "seq"
     (model / "1").mkdir(parents=True)
     (model / "config.pbtxt").write_text(_SEQUENCE_CONFIG)
-    server = start_nereid(model.parent, tmp_path / "nereid.log", "--exit-timeout-secs=30")
+    server = start_nereid(model.parent, tmp_path / "nereid.log", "--exit-timeout-secs=30", grpc=True)
     connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
     try:
         connection.request("GET", "/v2/models/seq/ready")
@@ -194,6 +195,9 @@ def test_an_open_connection_serves_until_its_client_closes_it(tmp_path: Path) ->
         response = connection.getresponse()
         response.read()
         assert response.status == 200 and response.getheader("connection") != "close"
+        # gRPC stops after HTTP, as in Triton: it still answers while HTTP clients are connected
+        with grpcclient.InferenceServerClient(server.grpc_url) as grpc_client:
+            assert grpc_client.is_model_ready("seq")
         assert server.process.poll() is None
         closed = time.monotonic()
         connection.close()
