@@ -21,6 +21,7 @@ from nereid.backends.python.process import kill_all_workers
 from nereid.cache import probe_cache
 from nereid.engine import Engine
 from nereid.errors import NereidError, Unavailable
+from nereid.exit_countdown import ExitCountdown
 from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.grpc.inflight import InferCalls, report_while_draining
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
@@ -186,14 +187,15 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
             log.info("Started Metrics Service at %s:%d", settings.metrics_address, metrics.port)
     except NereidError as exc:
         log.error("exiting: %s", exc.message)
-        await _stop(http, grpc_server, metrics, 0, calls)
+        await _stop(http, grpc_server, metrics, ExitCountdown(0), calls)
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
-    deadline = shutdown.deadline = time.monotonic() + settings.exit_timeout_secs
+    countdown = ExitCountdown(settings.exit_timeout_secs)
+    shutdown.deadline = countdown.deadline
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _exit_now, signum)
     log.info("stopping: requests in flight get up to %d s to finish", settings.exit_timeout_secs)
@@ -202,10 +204,11 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
     log_inflight(engine)
     if sampler is not None:
         sampler.cancel()
-    await _stop(http, grpc_server, metrics, settings.exit_timeout_secs, calls)
+    await _stop(http, grpc_server, metrics, countdown, calls)
     if frontend is not None:
         frontend.close()
-    await drain_models(engine, deadline)
+    log.info("Waiting for in-flight requests to complete.")  # Triton's words, which tools look for
+    await drain_models(engine, countdown)
     return 0
 
 
@@ -223,19 +226,26 @@ def log_inflight(engine: Engine) -> int:
     return busy
 
 
-async def drain_models(engine: Engine, deadline: float, poll_s: float = 0.05, report_s: float = 1.0) -> None:
+async def drain_models(
+    engine: Engine, countdown: ExitCountdown, poll_s: float = 0.05, report_s: float = 1.0
+) -> None:
     """Once the endpoints are closed: wait until no model has work in flight (a sequence started before the
     signal may still be ended from within the server, by an ensemble or a BLS call, or released when idle),
-    or until the deadline; say every `report_s` what is left."""
-    next_report = time.monotonic() + report_s  # the signal's own report has just been made
-    while any(model.outstanding() > 0 for model in engine.models.loaded()):
+    or until the countdown is over; say at once, and then every `report_s`, what is left."""
+    next_report = time.monotonic()
+    first = True
+    while True:
+        busy = sum(model.outstanding() > 0 for model in engine.models.loaded())
         now = time.monotonic()
-        if now >= deadline:
+        if now >= countdown.deadline:
             return
-        if now >= next_report:
-            log.info("Timeout %d: waiting for in-flight inferences", max(1, int(deadline - now)))
+        if now >= next_report and (busy or first):
+            countdown.report(f"Found {busy} model versions that have in-flight inferences")
             log_inflight(engine)
             next_report = now + report_s
+        if not busy:
+            return
+        first = False
         await asyncio.sleep(poll_s)
 
 
@@ -243,15 +253,19 @@ async def _stop(
     http: HttpServer | None,
     grpc_server: grpc.aio.Server | None,
     metrics: HttpServer | None,
-    grace: float,
+    countdown: ExitCountdown,
     calls: InferCalls,
 ) -> None:
+    """The endpoints one after the other, as Triton stops them: HTTP (its open connections serve until their
+    clients leave), then gRPC (its calls finish), each within what is left of the countdown."""
+    if http is not None:
+        await http.stop(max(countdown.deadline - time.monotonic(), 0.0), countdown)
+    grace = max(countdown.deadline - time.monotonic(), 0.0)
     reporter = (
-        asyncio.create_task(report_while_draining(calls, int(grace))) if grpc_server is not None else None
+        asyncio.create_task(report_while_draining(calls, countdown)) if grpc_server is not None else None
     )
     try:
         await asyncio.gather(
-            *([http.stop(grace)] if http is not None else []),
             *([grpc_server.stop(grace)] if grpc_server is not None else []),
             *([metrics.stop(min(grace, 1.0))] if metrics is not None else []),
         )

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from types import SimpleNamespace
 
 import pytest
 
+from nereid.exit_countdown import ExitCountdown
 from nereid.server import drain_models, log_inflight
 
 
@@ -38,7 +38,7 @@ def test_the_drain_waits_until_no_model_has_work_left(caplog: pytest.LogCaptureF
 
     async def run() -> None:
         drain = asyncio.create_task(
-            drain_models(engine, time.monotonic() + 600, poll_s=0, report_s=0)  # type: ignore[arg-type]
+            drain_models(engine, ExitCountdown(600), poll_s=0, report_s=0)  # type: ignore[arg-type]
         )
         await asyncio.sleep(0)  # one look: two sequences wait, reported
         assert not drain.done()
@@ -61,7 +61,7 @@ def test_the_drain_waits_until_no_model_has_work_left(caplog: pytest.LogCaptureF
 def test_the_drain_ends_at_the_deadline_whatever_is_left(caplog: pytest.LogCaptureFixture) -> None:
     engine = _engine(_Model("hung", 1))
     with caplog.at_level(logging.INFO, logger="nereid"):
-        asyncio.run(drain_models(engine, time.monotonic(), poll_s=0, report_s=0))  # type: ignore[arg-type]
+        asyncio.run(drain_models(engine, ExitCountdown(0), poll_s=0, report_s=0))  # type: ignore[arg-type]
     assert _messages(caplog) == []
 
 
@@ -70,3 +70,26 @@ def test_the_signal_report_names_busy_models_only(caplog: pytest.LogCaptureFixtu
     with caplog.at_level(logging.INFO, logger="nereid"):
         assert log_inflight(engine) == 1  # type: ignore[arg-type]
     assert _messages(caplog) == ["Model 'busy' (version 1) has 3 in-flight inferences"]
+
+
+def test_the_countdown_never_names_a_number_twice(caplog: pytest.LogCaptureFixture) -> None:
+    """Each stage of the stop goes on from the number the one before reached: 'Timeout 30' is said once."""
+    countdown = ExitCountdown(30)
+    with caplog.at_level(logging.INFO, logger="nereid"):
+        countdown.report("Found 1 HTTP service connections")
+        countdown.report("Found 0 model versions that have in-flight inferences")
+    assert _messages(caplog) == [
+        "Timeout 30: Found 1 HTTP service connections",
+        "Timeout 29: Found 0 model versions that have in-flight inferences",
+    ]
+    short = ExitCountdown(1)
+    short.report("a")
+    short.report("b")
+    assert short.left == 0
+
+
+def test_the_drain_says_once_when_nothing_is_in_flight(caplog: pytest.LogCaptureFixture) -> None:
+    engine = _engine(_Model("idle", 0))
+    with caplog.at_level(logging.INFO, logger="nereid"):
+        asyncio.run(drain_models(engine, ExitCountdown(30), poll_s=0, report_s=0))  # type: ignore[arg-type]
+    assert _messages(caplog) == ["Timeout 30: Found 0 model versions that have in-flight inferences"]

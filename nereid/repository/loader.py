@@ -31,7 +31,13 @@ from nereid.model_config.ensemble import is_ensemble
 from nereid.model_config.sequence import check_sequence_batching, fill_sequence_defaults
 from nereid.repository.ensemble import load_ensemble
 from nereid.repository.model import ModelVersion, model_metadata, read_labels, tensor_specs
-from nereid.repository.scan import ModelSource, select_versions, tree_fingerprint, version_folders
+from nereid.repository.scan import (
+    ModelSource,
+    select_versions,
+    shared_files_fingerprint,
+    tree_fingerprint,
+    version_folders,
+)
 from nereid.scheduling import create_scheduler
 from nereid.scheduling.ensemble import EnsembleMembers
 from nereid.scheduling.rate_limiter import Claim, RateLimiter
@@ -98,6 +104,7 @@ def load_model(
         result.failures[None] = exc.message
         return result
     config_json = config_to_json(config)
+    shared = shared_files_fingerprint(source.path, config_source.path)
     wanted = select_versions(config.version_policy, list(folders), source.name)
     if not wanted:
         result.failures[None] = f"model '{source.name}' has no versions to load under its version policy"
@@ -105,9 +112,9 @@ def load_model(
         if version not in folders:
             result.failures[version] = f"version {version} of model '{source.name}' has no folder"
             continue
-        fingerprint = f"{tree_fingerprint(folders[version])}:{sorted(labels.items())}"
+        fingerprint = f"{tree_fingerprint(folders[version])}:{shared}:{sorted(labels.items())}"
         current = (serving or {}).get(version)
-        if current is not None and current.fingerprint == fingerprint and current.config == config:
+        if current is not None and current.fingerprint == fingerprint and _same_model(current.config, config):
             result.versions[version] = current
             continue
         try:
@@ -135,7 +142,22 @@ def load_model(
     loaded = sorted(result.versions)
     for model_version in result.versions.values():
         model_version.metadata["versions"] = [str(v) for v in loaded]
+        if model_version.config is not config:  # a kept version shows the version policy now in force
+            model_version.config, model_version.config_json = config, config_json
     return result
+
+
+def _same_model(serving: mc.ModelConfig, wanted: mc.ModelConfig) -> bool:
+    """Whether a serving version can go on serving under `wanted`: as in Triton, a config that differs
+    only in its version policy (which versions load) changes nothing a version runs with."""
+    if serving.version_policy == wanted.version_policy:
+        return serving == wanted
+    before, after = mc.ModelConfig(), mc.ModelConfig()
+    before.CopyFrom(serving)
+    after.CopyFrom(wanted)
+    before.ClearField("version_policy")
+    after.ClearField("version_policy")
+    return before == after
 
 
 def _withdraw(result: LoadResult, serving: Mapping[int, ModelVersion]) -> None:

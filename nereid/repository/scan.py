@@ -99,10 +99,11 @@ def select_versions(policy: mc.ModelVersionPolicy, available: list[int], model_n
 
 
 def tree_fingerprint(path: Path) -> str:
-    """Changes when any file under `path` is added, removed, resized or rewritten (by its mtime)."""
+    """Changes when any file under `path` is added, removed, resized or rewritten (by its mtime).
+    Bytecode caches are left out: loading a Python model writes them, and they follow its sources."""
     digest = hashlib.sha1()
     for folder, dirs, files in os.walk(path):
-        dirs.sort()
+        dirs[:] = sorted(name for name in dirs if name != "__pycache__")
         for name in sorted(files):
             file = os.path.join(folder, name)
             try:
@@ -110,4 +111,31 @@ def tree_fingerprint(path: Path) -> str:
             except OSError:  # removed while we looked: the next look sees the change
                 continue
             digest.update(f"{os.path.relpath(file, path)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def shared_files_fingerprint(model_dir: Path, config_path: Path | None) -> str:
+    """Changes when the model folder's own files change: everything outside its version folders and
+    its config. Every version may read them (a Python model's helper modules, labels, warmup data), so a
+    change there reloads every version, as in Triton. Bytecode caches are left out: loading writes them."""
+    skipped = {"__pycache__", "config.pbtxt"}  # without a config file, config.pbtxt is what may appear
+    if config_path is not None and config_path.is_relative_to(model_dir):
+        # the entry holding the config in use: configs/ under --model-config-name, config.pbtxt then counts
+        skipped = {"__pycache__", config_path.relative_to(model_dir).parts[0]}
+    digest = hashlib.sha1()
+    try:
+        entries = sorted(os.scandir(model_dir), key=lambda entry: entry.name)
+    except OSError:  # the folder went away: the load that follows reports it
+        return ""
+    for entry in entries:
+        if entry.name.isdigit() or entry.name in skipped:
+            continue
+        try:
+            if entry.is_dir():
+                digest.update(f"{entry.name}/\0{tree_fingerprint(Path(entry.path))}\n".encode())
+            else:
+                stat = entry.stat()
+                digest.update(f"{entry.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        except OSError:  # removed while we looked: the next look sees the change
+            continue
     return digest.hexdigest()

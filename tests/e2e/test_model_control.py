@@ -182,31 +182,47 @@ def test_poll_mode_picks_up_a_new_version_within_two_periods(tmp_path: Path) -> 
 
 
 def test_sigterm_stops_cleanly_under_load(tmp_path: Path) -> None:
+    """As in Triton, connections open at the signal go on serving until their clients leave; the server
+    then exits at once, no request having failed."""
     server = start_nereid(_repository(tmp_path), tmp_path / "nereid.log")
     errors: list[str] = []
-    answered = threading.Event()
+    signalled, leave = threading.Event(), threading.Event()
+    before_signal, after_signal = threading.Semaphore(0), threading.Semaphore(0)
 
     def client_loop() -> None:
         client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+        answers_after_signal = 0
         try:
-            while True:
+            _infer(client)  # connected before the signal
+            before_signal.release()
+            while not leave.is_set():
                 try:
                     _infer(client)
-                    answered.set()
                 except InferenceServerException as exc:  # an HTTP error response: never acceptable
                     errors.append(str(exc))
                     return
-                except Exception:  # the connection refused or closed: the server has stopped
-                    return
+                if signalled.is_set():
+                    answers_after_signal += 1
+                    if answers_after_signal == 1:
+                        after_signal.release()
         finally:
             client.close()
 
     threads = [threading.Thread(target=client_loop) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    assert answered.wait(30)
-    server.process.send_signal(signal.SIGTERM)
-    assert server.process.wait(30) == 0
-    for thread in threads:
-        thread.join(30)
-    assert errors == []
+    try:
+        for thread in threads:
+            thread.start()
+        for _ in threads:
+            assert before_signal.acquire(timeout=30)
+        server.process.send_signal(signal.SIGTERM)
+        signalled.set()
+        for _ in threads:  # each open connection is still answered after the signal
+            assert after_signal.acquire(timeout=10), server.log()
+        leave.set()
+        for thread in threads:
+            thread.join(30)
+        assert server.process.wait(10) == 0, server.log()
+        assert errors == []
+    finally:
+        leave.set()
+        stop(server.process)

@@ -1,15 +1,17 @@
-"""Stopping a real `nereid` with a hung Python model: it exits within --exit-timeout-secs (+2 s), the hung
-request is answered with an error, and a second signal exits at once."""
+"""Stopping a real `nereid`: with a hung Python model it exits within --exit-timeout-secs (+2 s), the hung
+request answered with an error; a second signal exits at once; open connections serve until closed."""
 
 from __future__ import annotations
 
 import http.client
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 
 from tests.conftest import RunningServer, start_nereid, stop
 
@@ -171,4 +173,41 @@ def test_a_started_sequence_keeps_its_model_until_it_is_released(tmp_path: Path)
         released = log.index("sequence 7 of model 'seq' idle for more than 1000000 us: released")
         assert waited < released < log.index('"Nereid stopped"'), log
     finally:
+        stop(server.process)
+
+
+def test_an_open_connection_serves_until_its_client_closes_it(tmp_path: Path) -> None:
+    """As Triton: after SIGINT no new connection is taken, an open one goes on serving, and the server
+    exits once its client closes it, the countdown going on from where it was (never starting over)."""
+    model = tmp_path / "repo" / "seq"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(_SEQUENCE_CONFIG)
+    server = start_nereid(model.parent, tmp_path / "nereid.log", "--exit-timeout-secs=30", grpc=True)
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+    try:
+        connection.request("GET", "/v2/models/seq/ready")
+        assert connection.getresponse().read() == b""
+        server.process.send_signal(signal.SIGINT)
+        _wait_for_log(server, "Timeout 30: Found 1 HTTP service connections")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
+        connection.request("GET", "/v2/models/seq/ready")
+        response = connection.getresponse()
+        response.read()
+        assert response.status == 200 and response.getheader("connection") != "close"
+        # gRPC stops after HTTP, as in Triton: it still answers while HTTP clients are connected
+        with grpcclient.InferenceServerClient(server.grpc_url) as grpc_client:
+            assert grpc_client.is_model_ready("seq")
+        assert server.process.poll() is None
+        closed = time.monotonic()
+        connection.close()
+        assert server.process.wait(timeout=20) == 0, server.log()
+        assert time.monotonic() - closed < 5, server.log()
+        log = server.log()
+        assert log.count("Timeout 30: ") == 1, log
+        assert log.index("HTTP service connections") < log.index(
+            "Waiting for in-flight requests to complete."
+        )
+    finally:
+        connection.close()
         stop(server.process)

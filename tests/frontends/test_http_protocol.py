@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -11,6 +12,7 @@ from contextlib import asynccontextmanager
 import orjson
 import pytest
 
+from nereid.exit_countdown import ExitCountdown
 from nereid.frontends.http import error_response, protocol
 from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, HttpResponse, HttpServer
 
@@ -259,6 +261,56 @@ def test_stop_lets_requests_in_flight_finish() -> None:
         writer.close()
 
     asyncio.run(scenario())
+
+
+def test_with_a_countdown_open_connections_serve_until_their_clients_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The inference endpoint at SIGINT or SIGTERM, as Triton's: no new connection is taken, while an open
+    one goes on serving requests, kept alive, until its client closes it; said once a second."""
+
+    async def scenario() -> None:
+        server = HttpServer(_echo, error_response, 1024)
+        await server.start("127.0.0.1", 0)
+        port = server.port
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_post("/before", b""))
+        assert (await _read_response(reader))[0] == 200
+        stopping = asyncio.create_task(server.stop(30.0, ExitCountdown(30)))
+        await asyncio.sleep(0)  # stop() has closed the listener
+        with pytest.raises(OSError):
+            await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_post("/after", b""))
+        status, headers, body = await _read_response(reader)
+        assert status == 200 and "connection" not in headers and b'"/after"' in body
+        assert not stopping.done()
+        writer.close()
+        await asyncio.wait_for(stopping, 5)  # as soon as the client has gone, not a second later
+
+    with caplog.at_level(logging.INFO, logger="nereid"):
+        asyncio.run(scenario())
+    assert [r.getMessage() for r in caplog.records] == ["Timeout 30: Found 1 HTTP service connections"]
+
+
+def test_with_a_countdown_a_client_that_stays_is_closed_when_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        server = HttpServer(_echo, error_response, 1024)
+        await server.start("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(_post("/once", b""))
+        assert (await _read_response(reader))[0] == 200
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await server.stop(1.0, ExitCountdown(1))
+        assert 0.9 < loop.time() - start < 3
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # the idle connection is closed
+        writer.close()
+
+    with caplog.at_level(logging.INFO, logger="nereid"):
+        asyncio.run(scenario())
+    assert [r.getMessage() for r in caplog.records] == ["Timeout 1: Found 1 HTTP service connections"]
 
 
 def test_handler_bug_is_answered_500() -> None:

@@ -81,6 +81,86 @@ def test_reload_without_changes_keeps_the_serving_instances(explicit: ModelManag
     assert explicit.get("alpha") is before and not before.retired
 
 
+def _policy(repo: Path, versions: str, extra: str = "") -> None:
+    (repo / "alpha" / "config.pbtxt").write_text(
+        CONFIG + extra + f"version_policy {{ specific {{ versions: [{versions}] }} }}\n"
+    )
+
+
+def _later(path: Path) -> None:
+    """Rewritten, whatever the clock's resolution."""
+    later = path.stat().st_mtime + 3600
+    os.utime(path, (later, later))
+
+
+def test_a_wider_version_policy_keeps_the_versions_already_serving(
+    explicit: ModelManager, repo: Path
+) -> None:
+    """As in Triton: a config that changes only in its version policy leaves each version whose files
+    did not change serving (not loaded again); a version whose files changed is loaded again."""
+    _version(repo, "alpha", 2)
+    _version(repo, "alpha", 3)
+    _policy(repo, "1, 2")
+    explicit.load("alpha")
+    one, two = explicit.get("alpha", "1"), explicit.get("alpha", "2")
+    _later(repo / "alpha" / "2" / "model.onnx")
+    _policy(repo, "1, 2, 3")
+    explicit.load("alpha")
+    assert explicit.get("alpha", "1") is one and not one.retired
+    assert explicit.get("alpha", "2") is not two and two.retired
+    assert explicit.get("alpha", "3").version == 3
+    # the kept version answers with the policy now in force
+    assert one.config_json["version_policy"] == {"specific": {"versions": [1, 2, 3]}}
+    assert one.metadata["versions"] == ["1", "2", "3"]
+
+
+def test_a_narrower_version_policy_unloads_only_the_versions_it_leaves_out(
+    explicit: ModelManager, repo: Path
+) -> None:
+    _version(repo, "alpha", 2)
+    _policy(repo, "1, 2")
+    explicit.load("alpha")
+    one, two = explicit.get("alpha", "1"), explicit.get("alpha", "2")
+    _policy(repo, "2")
+    explicit.load("alpha")
+    assert explicit.get("alpha", "2") is two and not two.retired
+    assert one.retired
+    _policy(repo, "1, 2")
+    explicit.load("alpha")
+    assert explicit.get("alpha", "2") is two and explicit.get("alpha", "1") is not one
+
+
+def test_other_config_changes_load_every_version_again(explicit: ModelManager, repo: Path) -> None:
+    _version(repo, "alpha", 2)
+    _policy(repo, "1, 2")
+    explicit.load("alpha")
+    one = explicit.get("alpha", "1")
+    _policy(repo, "1, 2", extra="dynamic_batching {}\n")
+    explicit.load("alpha")
+    assert explicit.get("alpha", "1") is not one and one.retired
+
+
+def test_a_file_beside_the_version_folders_loads_every_version_again(
+    explicit: ModelManager, repo: Path
+) -> None:
+    """Files in the model folder outside its versions (a Python model's helper modules, say) may be read
+    by any version: adding or changing one reloads them all, as in Triton."""
+    _version(repo, "alpha", 2)
+    _policy(repo, "1, 2")
+    explicit.load("alpha")
+    one, two = explicit.get("alpha", "1"), explicit.get("alpha", "2")
+    (repo / "alpha" / "helpers.py").write_text("")
+    explicit.load("alpha")
+    assert one.retired and two.retired
+    one, two = explicit.get("alpha", "1"), explicit.get("alpha", "2")
+    (repo / "alpha" / "__pycache__").mkdir()  # bytecode caches are not files a version reads
+    (repo / "alpha" / "__pycache__" / "helpers.cpython-312.pyc").write_bytes(b"")
+    (repo / "alpha" / "1" / "__pycache__").mkdir()
+    (repo / "alpha" / "1" / "__pycache__" / "model.cpython-312.pyc").write_bytes(b"")
+    explicit.load("alpha")
+    assert explicit.get("alpha", "1") is one and explicit.get("alpha", "2") is two
+
+
 def test_failed_reload_keeps_the_old_version_serving(explicit: ModelManager, repo: Path) -> None:
     old = explicit.get("alpha")
     (repo / "alpha" / "2").mkdir()

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from nereid.repository.scan import discover, select_versions, version_folders
+from nereid.repository.scan import discover, select_versions, shared_files_fingerprint, version_folders
 
 
 def test_version_policies() -> None:
@@ -37,3 +37,25 @@ def test_same_model_in_two_roots_is_marked(tmp_path: Path) -> None:
     found = discover([a, b])
     assert found["m"].duplicate_of == b / "m"
     assert found["n"].duplicate_of is None
+
+
+def test_shared_files_leave_out_versions_and_the_config_in_use(tmp_path: Path) -> None:
+    (tmp_path / "1").mkdir()
+    (tmp_path / "configs").mkdir()
+    custom = tmp_path / "configs" / "custom.pbtxt"
+    custom.write_text("")
+    default = tmp_path / "config.pbtxt"
+    default.write_text("")
+
+    def changed(path: Path, config: Path | None) -> bool:
+        before = shared_files_fingerprint(tmp_path, config)
+        path.write_text((path.read_text() if path.exists() else "") + "x")  # grows: seen whatever the clock
+        return shared_files_fingerprint(tmp_path, config) != before
+
+    assert not changed(tmp_path / "1" / "model.py", default)  # a version's own files
+    assert not changed(default, default)
+    assert changed(custom, default)  # configs/ is a file like any other when config.pbtxt is used
+    # under --model-config-name, configs/ holds the config and config.pbtxt is a file like any other
+    assert not changed(custom, custom)
+    assert changed(default, custom)
+    assert changed(tmp_path / "labels.txt", default)

@@ -8,9 +8,8 @@ prints (operators and tools watch for it).
 from __future__ import annotations
 
 import asyncio
-import logging
 
-log = logging.getLogger("nereid")
+from nereid.exit_countdown import ExitCountdown
 
 
 class InferCalls:
@@ -23,13 +22,9 @@ class InferCalls:
         self.active = 0
 
 
-async def report_while_draining(calls: InferCalls, timeout_s: int, period_s: float = 1.0) -> None:
-    """Log the calls left every `period_s` until none is left or `timeout_s` periods have passed; the
-    caller cancels it once the endpoint has stopped."""
-    remaining = timeout_s
-    while remaining > 0 and calls.active > 0:
-        log.info(
-            "Timeout %d: Found %d gRPC service connections and inference handlers", remaining, calls.active
-        )
+async def report_while_draining(calls: InferCalls, countdown: ExitCountdown, period_s: float = 1.0) -> None:
+    """Log the calls left every `period_s` until none is left or the countdown is over; the caller
+    cancels it once the endpoint has stopped."""
+    while countdown.left > 0 and calls.active > 0:
+        countdown.report(f"Found {calls.active} gRPC service connections and inference handlers")
         await asyncio.sleep(period_s)
-        remaining -= 1

@@ -27,6 +27,7 @@ import httptools
 from nereid.tracing.trace import HTTP_SEND_END, HTTP_SEND_START
 
 if TYPE_CHECKING:
+    from nereid.exit_countdown import ExitCountdown
     from nereid.tracing.trace import RequestTrace
 
 log = logging.getLogger(__name__)
@@ -182,6 +183,7 @@ class HttpServer:
         self._connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._all_closed: asyncio.Future[None] | None = None  # while stopping: set once no connection is left
 
     async def start(self, host: str, port: int, reuse_port: bool = False) -> None:
         """Listen on host:port; `reuse_port` lets other processes listen on the same port (the kernel
@@ -199,13 +201,17 @@ class HttpServer:
             raise RuntimeError("the HTTP server is not started")
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def stop(self, timeout_s: float) -> None:
-        """Stop accepting, let requests in flight finish for up to `timeout_s`, then close everything."""
+    async def stop(self, timeout_s: float, countdown: ExitCountdown | None = None) -> None:
+        """Stop accepting, let requests in flight finish for up to `timeout_s`, then close everything.
+        With a `countdown` (the inference endpoint, as Triton's), open connections first go on serving
+        until their clients close them or the countdown is over, which is said once a second."""
+        deadline = time.monotonic() + timeout_s
         if self._server is not None:
             self._server.close()
+        if countdown is not None:
+            await self._wait_for_clients(countdown)
         if self._sweeper is not None:
             self._sweeper.cancel()
-        deadline = time.monotonic() + timeout_s
         # Requests that already reached the server's sockets are read and answered (with connection:
         # close) rather than reset: the loop takes one more look at every socket before idle ones close.
         for connection in self._connections:
@@ -225,6 +231,21 @@ class HttpServer:
         )
         for connection in list(self._connections):
             connection.fail_in_flight(late)
+
+    async def _wait_for_clients(self, countdown: ExitCountdown, period_s: float = 1.0) -> None:
+        """Until every client has closed its connection or the countdown is over. Requests keep coming
+        on open connections and are answered as usual (kept alive); idle ones still close after the
+        keep-alive timeout."""
+        while self._connections and countdown.left > 0:
+            countdown.report(f"Found {len(self._connections)} HTTP service connections")
+            self._all_closed = asyncio.get_running_loop().create_future()
+            await asyncio.wait([self._all_closed], timeout=period_s)
+        self._all_closed = None
+
+    def _forget(self, connection: _Connection) -> None:
+        self._connections.discard(connection)
+        if not self._connections and self._all_closed is not None and not self._all_closed.done():
+            self._all_closed.set_result(None)
 
     async def _close_idle_connections(self) -> None:
         while True:
@@ -311,7 +332,7 @@ class _Connection(asyncio.Protocol):
         self._server._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._server._connections.discard(self)
+        self._server._forget(self)
         self._pending.clear()
         self._transport = None
         if self._drain_waiter is not None and not self._drain_waiter.done():

@@ -13,6 +13,7 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from nereid.errors import Unavailable
+from nereid.exit_countdown import ExitCountdown
 from nereid.frontends.grpc.inflight import InferCalls, report_while_draining
 from nereid.frontends.grpc.servicer import InferenceServicer
 
@@ -83,7 +84,7 @@ def test_the_drain_reports_the_calls_left_each_period(caplog: pytest.LogCaptureF
     calls.active = 2
 
     async def run() -> None:
-        reporter = asyncio.create_task(report_while_draining(calls, timeout_s=5, period_s=0))
+        reporter = asyncio.create_task(report_while_draining(calls, ExitCountdown(5), period_s=0))
         await asyncio.sleep(0)  # first report: 2 left
         calls.active = 1
         await asyncio.sleep(0)  # second: 1 left
@@ -102,7 +103,7 @@ def test_the_drain_report_stops_at_the_timeout(caplog: pytest.LogCaptureFixture)
     calls = InferCalls()
     calls.active = 1
     with caplog.at_level(logging.INFO, logger="nereid"):
-        asyncio.run(report_while_draining(calls, timeout_s=2, period_s=0))
+        asyncio.run(report_while_draining(calls, ExitCountdown(2), period_s=0))
     assert [r.getMessage() for r in caplog.records] == [
         "Timeout 2: Found 1 gRPC service connections and inference handlers",
         "Timeout 1: Found 1 gRPC service connections and inference handlers",
