@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nereid.tracing.config import LEVEL_OFF
-from nereid.tracing.trace import TraceFormatter
+from nereid.tracing.records import Layout, TraceFormatter, keep
 
 if TYPE_CHECKING:
     from nereid.tracing.trace import RequestTrace
@@ -38,13 +38,10 @@ class TraceFile:
         self._lock = threading.Lock()
         self._stream: object | None = None
         self._closed = False
-        # A finished trace's records (it and its children): formatted when it closes, so that nothing of
-        # it outlives its request but bytes, which the garbage collector never has to visit.
-        self.format: Callable[[Sequence[RequestTrace]], bytes] = TraceFormatter().records
+        self.formatter = TraceFormatter()  # the layouts of its traces' records
 
-    def save(self, batch: Sequence[bytes], indexed: bool) -> None:
-        """Write the records of a batch of traces (each as `format` made them)."""
-        traces = b",".join(batch)
+    def save(self, traces: bytes, indexed: bool) -> None:
+        """Write the records of a batch of traces (comma-separated)."""
         try:
             if indexed:
                 with self._lock:
@@ -103,9 +100,15 @@ class TraceSetting:
         self._sample = 0
         self._collected = 0
         self._in_stream = 0  # traces kept (a trace and its children count once)
-        self._stream: list[bytes] = []  # the records of the traces kept
+        # The traces kept, until their batch is written: the layout of each (and its tensors' records), and
+        # their values in one flat list of ints; nothing of a trace outlives its request but ints, which
+        # the garbage collector never visits one by one.
+        self._kept: list[Layout | bytes] = []
+        self._values: list[int] = []
         self._in_flight = 0
         self._retired = False
+        self._batch = log_frequency or 1 << 62  # traces kept before they are written
+        self._every = False  # whether every request is sampled (a valid setting, rate 1)
         self.groups_lock = threading.Lock()  # a trace's first child makes its group under it
         if level == LEVEL_OFF:
             self.reason = "tracing is disabled"
@@ -115,6 +118,7 @@ class TraceSetting:
             self.reason = "trace file name is not given"
         else:
             self.reason = ""
+            self._every = rate == 1
 
     @property
     def valid(self) -> bool:
@@ -124,6 +128,9 @@ class TraceSetting:
         """Whether this request is traced: every `rate`-th request while `count` lasts, or any request
         `force`d (OpenTelemetry context propagated by the client). Rate 0 samples forced requests only."""
         with self._lock:
+            if self._every and self.count < 0:  # every request, none counted: the common setting
+                self._in_flight += 1
+                return True
             hit = False
             if self.rate != 0:
                 if (self.reason or self.count == 0) and not force:  # not valid (inlined: once a request)
@@ -139,34 +146,64 @@ class TraceSetting:
                 return True
             return False
 
-    def write_trace(self, traces: Sequence[RequestTrace]) -> None:
-        """A sampled trace finished (`traces`: it and its children, none in opentelemetry mode): keep it,
-        and write the traces kept to `<file>.<index>` once `count` traces were collected or every
-        `log_frequency` traces. They are kept formatted: a trace kept raw until its batch is written
-        would live long enough to be promoted to the collector's older generations, which grow the
-        collections of everything that lives there."""
-        records = self.file.format(traces) if traces else b""
-        with self._lock:
-            self._in_flight -= 1
-            if records:
-                self._stream.append(records)
-            self._in_stream += 1
-            self._collected += 1
-            full = (self.count == 0 and self._collected == self._sample) or (
-                self.log_frequency != 0 and self._in_stream >= self.log_frequency
-            )
-            batch = self._take() if full else None
-            finished = self._retired and self._in_flight == 0
-        if batch:
-            self.file.save(batch, indexed=True)
+    def write_trace(self, trace: RequestTrace) -> None:
+        """A sampled trace without children finished: keep it, and write the traces kept to
+        `<file>.<index>` once `count` traces were collected or every `log_frequency` traces."""
+        stamps = trace.stamps or ()
+        head = trace.head
+        if (stamps or head is not None) and not trace.tensors and not trace.parent_id:
+            # the common trace, `keep` inline: its layout, its id, its timestamps' ns
+            key = (head, False, *stamps[0::2])
+            formatter = self.file.formatter
+            layout = formatter.layouts.get(key) or formatter.layout(key)
+            with self._lock:
+                self._in_flight -= 1
+                self._kept.append(layout)
+                values = self._values
+                values.append(trace.id)
+                values += stamps[1::2]  # type: ignore[arg-type]
+                self._in_stream += 1
+                self._collected += 1
+                full = self._in_stream >= self._batch or (self.count == 0 and self._collected == self._sample)
+                batch = self._take() if full else None
+                finished = self._retired and self._in_flight == 0
+        else:
+            self.write_group((trace,))
+            return
+        if batch is not None:
+            self._save(batch, indexed=True)
         if finished:
             self.flush()
 
-    def _take(self) -> list[bytes]:
-        batch = self._stream
-        self._stream = []
+    def write_group(self, traces: Sequence[RequestTrace]) -> None:
+        """A sampled trace finished with its children (`traces`; none in opentelemetry mode), or one the
+        common path of `write_trace` does not take: as `write_trace`."""
+        formatter = self.file.formatter
+        with self._lock:
+            self._in_flight -= 1
+            for trace in traces:
+                keep(formatter, trace, self._kept, self._values)
+            self._in_stream += 1
+            self._collected += 1
+            full = self._in_stream >= self._batch or (self.count == 0 and self._collected == self._sample)
+            batch = self._take() if full else None
+            finished = self._retired and self._in_flight == 0
+        if batch is not None:
+            self._save(batch, indexed=True)
+        if finished:
+            self.flush()
+
+    def _take(self) -> tuple[list[Layout | bytes], list[int]]:
+        batch = self._kept, self._values
+        self._kept = []
+        self._values = []
         self._in_stream = 0
         return batch
+
+    def _save(self, batch: tuple[list[Layout | bytes], list[int]], indexed: bool) -> None:
+        kept, values = batch
+        if kept:
+            self.file.save(self.file.formatter.batch(kept, values), indexed)
 
     def retire(self) -> None:
         """Replaced by an update: write what is kept once the traces sampled under it have finished."""
@@ -182,7 +219,7 @@ class TraceSetting:
             if self.mode != "triton" or not self._in_stream:
                 return
             batch = self._take()
-        self.file.save(batch, indexed=self.log_frequency != 0)
+        self._save(batch, indexed=self.log_frequency != 0)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Traces on the request path keep raw values only; they are formatted as Triton's trace records when
-they close, and written by batches."""
+"""Traces on the request path keep raw values only; a closed trace is kept as its layout and ints, and
+formatted as Triton's trace records with its batch."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 from nereid.tracing import TraceManager
 from nereid.tracing.config import LEVEL_TENSORS, LEVEL_TIMESTAMPS, TraceConfig
-from nereid.tracing.trace import RequestTrace, TraceFormatter
+from nereid.tracing.records import TraceFormatter
+from nereid.tracing.trace import RequestTrace
 from nereid.types import InferTensor
 
 
@@ -48,7 +49,7 @@ def test_records_have_tritons_shape_and_order(tmp_path: Path) -> None:
     trace.timestamp("HTTP_RECV_END", 6)
     trace.request_start('a "quoted" model %d', 3, "req\n1", 10)
     trace.queue_start(11, ())
-    trace.compute(12, 13)
+    trace.compute(12, 13, 14)
     child = trace.child()
     child.request_start("step", 1, "", 20)
     plain = _sample(manager)
@@ -57,7 +58,7 @@ def test_records_have_tritons_shape_and_order(tmp_path: Path) -> None:
     plain.timestamp("HTTP_SEND_END", 32)
     records = _records(TraceFormatter().records([trace, child, plain]))
     model = {"id": 1, "model_name": 'a "quoted" model %d', "model_version": 3, "request_id": "req\n1"}
-    assert records[:8] == [
+    assert records[:9] == [
         _stamp(1, "HTTP_RECV_START", 5),
         _stamp(1, "HTTP_RECV_END", 6),
         model,
@@ -66,8 +67,8 @@ def test_records_have_tritons_shape_and_order(tmp_path: Path) -> None:
         _stamp(1, "COMPUTE_START", 12),
         _stamp(1, "COMPUTE_INPUT_END", 12),
         _stamp(1, "COMPUTE_OUTPUT_START", 13),
+        _stamp(1, "COMPUTE_END", 14),
     ]
-    assert records[8]["timestamps"][0]["name"] == "COMPUTE_END"  # when the results are back: now
     assert records[9:] == [
         {"id": 2, "model_name": "step", "model_version": 1, "parent_id": 1},
         _stamp(2, "REQUEST_START", 20),
@@ -121,26 +122,26 @@ def test_tensor_records_follow_the_timestamps(tmp_path: Path) -> None:
     }
 
 
-def test_a_trace_is_formatted_when_it_closes_and_written_with_its_batch(
+def test_a_trace_is_kept_as_ints_and_formatted_with_its_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Formatted at close, nothing of a trace but bytes is kept until its batch is written (a raw trace
-    kept that long would grow the garbage collector's older generations)."""
+    """Nothing of a closed trace but its layout and ints is kept until its batch is written (a raw trace
+    kept that long would grow the garbage collector's older generations); the batch is formatted at once."""
     formatted: list[int] = []
-    records = TraceFormatter.records
+    batch = TraceFormatter.batch
 
-    def counted(self: TraceFormatter, traces: list[RequestTrace]) -> bytes:
-        formatted.append(len(traces))
-        return records(self, traces)
+    def counted(self: TraceFormatter, kept: list[Any], values: list[int]) -> bytes:
+        formatted.append(len(kept))
+        return batch(self, kept, values)
 
-    monkeypatch.setattr(TraceFormatter, "records", counted)
+    monkeypatch.setattr(TraceFormatter, "batch", counted)
     manager = _manager(tmp_path, log_frequency=3)
     for index in range(7):
         trace = _sample(manager)
         trace.request_start("m", 1, "", index)
         trace.close()
-        assert len(formatted) == index + 1
-        assert gc.get_referrers(trace) == []  # its setting kept its records, not the trace
+        assert formatted == [3] * ((index + 1) // 3)
+        assert gc.get_referrers(trace) == []  # its setting kept its values, not the trace
         if index == 4:  # two traces kept since the first batch: not written yet
             assert [p.name for p in tmp_path.iterdir()] == ["trace.json.0"]
     manager.close()

@@ -337,9 +337,9 @@ class HttpFrontend:
     def _sample(self, name: str, request: HttpRequest) -> RequestTrace | None:
         """The trace of an inference request, when it is sampled; the connection took its receive times,
         and records its send times and closes it once the response is written."""
-        trace = request.trace = self._tracer.sample(name, request.headers)
-        if trace is not None:
-            trace.received(HTTP_RECV_START, request.recv_start, HTTP_RECV_END, request.recv_end)
+        trace = request.trace = self._tracer.sample(
+            name, request.headers, (HTTP_RECV_START, request.recv_start, HTTP_RECV_END, request.recv_end)
+        )
         return trace
 
     def _infer_now(
