@@ -11,7 +11,6 @@ and laid into rows of the layout's text, with no Python work per number.
 from __future__ import annotations
 
 import itertools
-import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -167,8 +166,7 @@ class TraceFormatter:
     def batch(self, kept: Sequence[Layout | bytes], values: list[int]) -> bytes:
         """The records of the traces kept, comma-separated: each layout, the next `width` values, and the
         records of bytes kept as they are (tensors, which are formatted when they are taken)."""
-        # packed by struct: a few instructions a number, where np.array inspects each one
-        array = np.frombuffer(struct.pack(f"{len(values)}q", *values), dtype=np.int64)
+        array = np.fromiter(values, np.int64, len(values))  # fewer instructions a number than np.array
         parts = []
         at = 0
         for layout, run in itertools.groupby(kept):

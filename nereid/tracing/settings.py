@@ -109,6 +109,8 @@ class TraceSetting:
         self._retired = False
         self._batch = log_frequency or 1 << 62  # traces kept before they are written
         self._every = False  # whether every request is sampled (a valid setting, rate 1)
+        # the model's record, timestamp names and layout of the last trace written that has a layout kept
+        self._last: tuple[object, list[str | int], Layout] | None = None
         self.groups_lock = threading.Lock()  # a trace's first child makes its group under it
         if level == LEVEL_OFF:
             self.reason = "tracing is disabled"
@@ -152,10 +154,17 @@ class TraceSetting:
         stamps = trace.stamps or ()
         head = trace.head
         if (stamps or head is not None) and not trace.tensors and not trace.parent_id:
-            # the common trace, `keep` inline: its layout, its id, its timestamps' ns
-            key = (head, False, *stamps[0::2])
-            formatter = self.file.formatter
-            layout = formatter.layouts.get(key) or formatter.layout(key)
+            # the common trace, `keep` inline: its layout (most often the last one's), its id, its ns
+            names = stamps[0::2]
+            last = self._last
+            if last is not None and names == last[1] and head == last[0]:
+                layout = last[2]
+            else:
+                key = (head, False, *names)
+                formatter = self.file.formatter
+                layout = formatter.layouts.get(key) or formatter.layout(key)
+                if key in formatter.layouts:
+                    self._last = (head, names, layout)
             with self._lock:
                 self._in_flight -= 1
                 self._kept.append(layout)
