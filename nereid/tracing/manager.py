@@ -53,7 +53,7 @@ class TraceManager:
         setting = self._models.get(model_name, self._global)
         exporter = self._exporter
         if exporter is None:  # Triton mode: nothing forces a sample, and a setting OFF samples nothing
-            return RequestTrace(setting, self._ids, 0, received) if setting.sample() else None
+            return setting.start(self._ids, received)
         if setting.level == LEVEL_OFF:
             return None
         context = None

@@ -167,13 +167,16 @@ class TraceFormatter:
         """The records of the traces kept, comma-separated: each layout, the next `width` values, and the
         records of bytes kept as they are (tensors, which are formatted when they are taken)."""
         array = np.fromiter(values, np.int64, len(values))  # fewer instructions a number than np.array
+        first = kept[0]
+        if not isinstance(first, bytes) and kept.count(first) == len(kept):  # one run: the common batch
+            return first.rows(array.reshape(len(kept), first.width))[:-1]
         parts = []
         at = 0
         for layout, run in itertools.groupby(kept):
             if isinstance(layout, bytes):
                 parts.extend(record + b"," for record in run)
                 continue
-            count = sum(1 for _ in run)
+            count = len(list(run))
             end = at + count * layout.width
             parts.append(layout.rows(array[at:end].reshape(count, layout.width)))
             at = end

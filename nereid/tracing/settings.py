@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 from nereid.tracing.config import LEVEL_OFF
 from nereid.tracing.records import Layout, TraceFormatter, keep
+from nereid.tracing.trace import RequestTrace
 
 if TYPE_CHECKING:
-    from nereid.tracing.trace import RequestTrace
+    from collections.abc import Iterator
 
 log = logging.getLogger("nereid.tracing")
 
@@ -108,7 +109,7 @@ class TraceSetting:
         self._in_flight = 0
         self._retired = False
         self._batch = log_frequency or 1 << 62  # traces kept before they are written
-        self._every = False  # whether every request is sampled (a valid setting, rate 1)
+        self._every = False  # whether every request is sampled, none counted (valid, rate 1, no count)
         # the model's record, timestamp names and layout of the last trace written that has a layout kept
         self._last: tuple[object, list[str | int], Layout] | None = None
         self.groups_lock = threading.Lock()  # a trace's first child makes its group under it
@@ -120,19 +121,26 @@ class TraceSetting:
             self.reason = "trace file name is not given"
         else:
             self.reason = ""
-            self._every = rate == 1
+            self._every = rate == 1 and count < 0
 
     @property
     def valid(self) -> bool:
         return not self.reason and self.count != 0
 
+    def start(self, ids: Iterator[int], received: tuple[str | int, ...]) -> RequestTrace | None:
+        """The trace of a request under this (Triton-mode) setting when it is sampled, with the frontend's
+        receive times; else None."""
+        if self._every:  # the common setting: nothing to count but the traces in flight
+            with self._lock:
+                self._in_flight += 1
+        elif not self.sample():
+            return None
+        return RequestTrace(self, ids, 0, received)
+
     def sample(self, force: bool = False) -> bool:
         """Whether this request is traced: every `rate`-th request while `count` lasts, or any request
         `force`d (OpenTelemetry context propagated by the client). Rate 0 samples forced requests only."""
         with self._lock:
-            if self._every and self.count < 0:  # every request, none counted: the common setting
-                self._in_flight += 1
-                return True
             hit = False
             if self.rate != 0:
                 if (self.reason or self.count == 0) and not force:  # not valid (inlined: once a request)
@@ -153,7 +161,7 @@ class TraceSetting:
         `<file>.<index>` once `count` traces were collected or every `log_frequency` traces."""
         stamps = trace.stamps or ()
         head = trace.head
-        if (stamps or head is not None) and not trace.tensors and not trace.parent_id:
+        if self._every and (stamps or head is not None) and not trace.tensors and not trace.parent_id:
             # the common trace, `keep` inline: its layout (most often the last one's), its id, its ns
             names = stamps[0::2]
             last = self._last
@@ -171,10 +179,8 @@ class TraceSetting:
                 values = self._values
                 values.append(trace.id)
                 values += stamps[1::2]  # type: ignore[arg-type]
-                self._in_stream += 1
-                self._collected += 1
-                full = self._in_stream >= self._batch or (self.count == 0 and self._collected == self._sample)
-                batch = self._take() if full else None
+                self._in_stream += 1  # nothing counted: no count to reach
+                batch = self._take() if self._in_stream >= self._batch else None
                 finished = self._retired and self._in_flight == 0
         else:
             self.write_group((trace,))
