@@ -98,8 +98,9 @@ class Layout:
         rest = tuple(values[1:]) if order is None else tuple([values[column] for column in order])
         return self.template.replace(_ID, b"%d" % values[0]) % rest
 
-    def rows(self, values: np.ndarray) -> bytes:
-        """The records of traces whose values are `values` (one row each), each followed by a comma."""
+    def rows(self, values: np.ndarray) -> bytes | np.ndarray:
+        """The records of traces whose values are `values` (one row each), each followed by a comma: bytes,
+        or the bytes of a numpy array, which a file writes with no copy."""
         count = len(values)
         if count < _VECTOR_FROM or values.min() < 0:
             return b"".join([self.one(row) + b"," for row in values.tolist()])
@@ -124,7 +125,7 @@ class Layout:
         end = chunks * 4
         for column, start, stop in spans:
             out[:, start:stop] = digits8[:, column, end - (stop - start) :]
-        return out.tobytes()
+        return out.reshape(-1)
 
     def _text(self, widths: tuple[int, ...]) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
         """A row's fixed text for these column widths (zeros where digits go), and where each value goes."""
@@ -161,16 +162,17 @@ class TraceFormatter:
         values: list[int] = []
         for trace in traces:
             keep(self, trace, kept, values)
-        return self.batch(kept, values)
+        return b"".join(self.batch(kept, values)) if kept else b""
 
-    def batch(self, kept: Sequence[Layout | bytes], values: list[int]) -> bytes:
-        """The records of the traces kept, comma-separated: each layout, the next `width` values, and the
-        records of bytes kept as they are (tensors, which are formatted when they are taken)."""
+    def batch(self, kept: Sequence[Layout | bytes], values: list[int]) -> list[bytes | np.ndarray]:
+        """The records of the traces kept (not none), comma-separated, in pieces to write one after the
+        other: each layout, the next `width` values, and the records of bytes kept as they are (tensors,
+        which are formatted when they are taken)."""
         array = np.fromiter(values, np.int64, len(values))  # fewer instructions a number than np.array
         first = kept[0]
         if not isinstance(first, bytes) and kept.count(first) == len(kept):  # one run: the common batch
-            return first.rows(array.reshape(len(kept), first.width))[:-1]
-        parts = []
+            return [first.rows(array.reshape(len(kept), first.width))[:-1]]
+        parts: list[bytes | np.ndarray] = []
         at = 0
         for layout, run in itertools.groupby(kept):
             if isinstance(layout, bytes):
@@ -180,7 +182,8 @@ class TraceFormatter:
             end = at + count * layout.width
             parts.append(layout.rows(array[at:end].reshape(count, layout.width)))
             at = end
-        return b"".join(parts)[:-1]
+        parts[-1] = parts[-1][:-1]  # no comma after the last record
+        return parts
 
 
 def keep(

@@ -13,7 +13,6 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nereid.tracing.config import LEVEL_OFF
@@ -22,6 +21,8 @@ from nereid.tracing.trace import RequestTrace
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    import numpy as np
 
 log = logging.getLogger("nereid.tracing")
 
@@ -41,14 +42,17 @@ class TraceFile:
         self._closed = False
         self.formatter = TraceFormatter()  # the layouts of its traces' records
 
-    def save(self, traces: bytes, indexed: bool) -> None:
-        """Write the records of a batch of traces (comma-separated)."""
+    def save(self, traces: Sequence[bytes | np.ndarray], indexed: bool) -> None:
+        """Write the records of a batch of traces (comma-separated), given in pieces."""
         try:
             if indexed:
                 with self._lock:
                     index = self._index
                     self._index += 1
-                Path(f"{self.name}.{index}").write_bytes(b"[" + traces + b"]")
+                with open(f"{self.name}.{index}", "wb") as file:
+                    file.write(b"[")
+                    file.writelines(traces)
+                    file.write(b"]")
                 return
             with self._lock:
                 if self._closed:  # a trace that ended after shutdown: opening the file again would empty it
@@ -63,7 +67,7 @@ class TraceFile:
                 else:
                     stream = self._stream  # type: ignore[assignment]
                     stream.write(b",")
-                stream.write(traces)
+                stream.writelines(traces)  # type: ignore[attr-defined]
                 stream.flush()
         except OSError as exc:
             log.error("failed creating trace file: %s", exc)

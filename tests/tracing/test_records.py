@@ -37,10 +37,10 @@ def test_a_run_at_once_is_the_traces_one_by_one(key: tuple[object, ...], first: 
     if layout.width > len(NAMES) + 1:
         values[:, 1] = 7  # the parent's id, narrower than the timestamps
     values[5, -1] = 0  # a zero is one digit wide: the run goes trace by trace
-    rows = layout.rows(values)
+    rows = bytes(layout.rows(values))
     assert rows == _one_by_one(layout, values)
     values[5, -1] = values[4, -1]
-    rows = layout.rows(values)
+    rows = bytes(layout.rows(values))
     assert rows == _one_by_one(layout, values)
     records = json.loads(b"[" + rows[:-1] + b"]")
     stamps = [r for r in records if "timestamps" in r]
@@ -69,4 +69,4 @@ def test_a_batch_keeps_the_order_of_its_traces_across_layouts_and_tensors() -> N
         if index == 30:
             kept.append(b'{"id":1030,"activity":"TENSOR_QUEUE_INPUT"}')
             expected.append(kept[-1])
-    assert formatter.batch(kept, values) == b",".join(expected)
+    assert b"".join(formatter.batch(kept, values)) == b",".join(expected)

@@ -130,7 +130,7 @@ def test_a_trace_is_kept_as_ints_and_formatted_with_its_batch(
     formatted: list[int] = []
     batch = TraceFormatter.batch
 
-    def counted(self: TraceFormatter, kept: list[Any], values: list[int]) -> bytes:
+    def counted(self: TraceFormatter, kept: list[Any], values: list[int]) -> list[Any]:
         formatted.append(len(kept))
         return batch(self, kept, values)
 
