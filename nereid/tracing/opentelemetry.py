@@ -220,6 +220,10 @@ class SpanTrace(RequestTrace):
         span.end(self._epoch(now))
 
     def request_end(self, outputs: Iterable[InferTensor] = (), ns: int = 0) -> None:
+        executed = self.executed
+        if executed is not None:
+            self.executed = None
+            self.compute(*executed)
         if self._span is None:
             return
         now = ns or time.perf_counter_ns()

@@ -80,6 +80,7 @@ class RequestTrace:
         "head",
         "stamps",
         "tensors",
+        "executed",
         "_ids",
         "_group",
         "_closed",
@@ -99,6 +100,9 @@ class RequestTrace:
         self.parent_id = parent_id
         self._group: TraceGroup | None = None
         self._closed = False
+        # The execution that ran the request, as the instance pool leaves it (start, end, results back):
+        # recorded with REQUEST_END, in one step (an attribute set where a call would cost more).
+        self.executed: tuple[int, int, int] | None = None
         # Raw values, formatted in bulk when the setting writes (None: that level is not traced):
         # who the request was for, timestamps in the order taken (name, ns, name, ns, ...: one list, no
         # tuple each; a pair is added by one `+=`, whole even where threads race; the frontend's receive
@@ -129,6 +133,9 @@ class RequestTrace:
         """The request is answered: once every trace of its group is closed, the group is written."""
         if self._closed:
             return
+        if self.executed is not None:  # executed, but never released (REQUEST_END): its times still count
+            self.compute(*self.executed)
+            self.executed = None
         self._closed = True
         group = self._group
         if group is None:
@@ -226,8 +233,26 @@ class RequestTrace:
                     self._tensor("TENSOR_BACKEND_OUTPUT", tensor.name, tensor.datatype, tensor.data)
                 )
         stamps = self.stamps
-        if stamps is not None:
+        if stamps is None:
+            return
+        executed = self.executed
+        if executed is None:
             stamps += ("REQUEST_END", ns or _perf_counter_ns())
+        else:  # what `compute` records, then REQUEST_END
+            self.executed = None
+            start, end, back = executed
+            stamps += (
+                "COMPUTE_START",
+                start,
+                "COMPUTE_INPUT_END",
+                start,
+                "COMPUTE_OUTPUT_START",
+                end,
+                "COMPUTE_END",
+                back,
+                "REQUEST_END",
+                ns or _perf_counter_ns(),
+            )
 
     def _tensor(self, activity: str, name: str, datatype: str, data: np.ndarray) -> bytes:
         # Formatted now: the arrays may be reused (shared memory, a model's buffers) once answered.

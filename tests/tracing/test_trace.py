@@ -173,3 +173,32 @@ def test_a_child_made_after_its_parent_closed_is_written_on_its_own(tmp_path: Pa
     first, second = (_records(Path(f"{tmp_path}/trace.json.{i}").read_bytes()[1:-1]) for i in range(2))
     assert [r["id"] for r in first] == [1, 1]
     assert [r["id"] for r in second] == [2, 2] and second[0]["parent_id"] == 1
+
+
+def test_an_execution_left_on_the_trace_is_recorded_with_request_end_or_at_close(tmp_path: Path) -> None:
+    """The instance pool leaves an execution's times on the trace; they are recorded before REQUEST_END,
+    or when the trace closes if the request is never released."""
+    manager = _manager(tmp_path)
+    released, unreleased = _sample(manager), _sample(manager)
+    for trace in (released, unreleased):
+        trace.request_start("m", 1, "", 1)
+        trace.executed = (2, 3, 4)
+    released.request_end((), 5)
+    for trace in (released, unreleased):
+        trace.close()
+    manager.close()
+    records = json.loads((tmp_path / "trace.json").read_text())
+    stamps = [(r["id"], *r["timestamps"][0].values()) for r in records if "timestamps" in r]
+    computed = [
+        ("COMPUTE_START", 2),
+        ("COMPUTE_INPUT_END", 2),
+        ("COMPUTE_OUTPUT_START", 3),
+        ("COMPUTE_END", 4),
+    ]
+    assert stamps == [
+        (1, "REQUEST_START", 1),
+        *[(1, *s) for s in computed],
+        (1, "REQUEST_END", 5),
+        (2, "REQUEST_START", 1),
+        *[(2, *s) for s in computed],
+    ]
