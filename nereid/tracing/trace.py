@@ -40,7 +40,15 @@ GRPC_SEND_START = "GRPC_SEND_START"
 GRPC_SEND_END = "GRPC_SEND_END"
 INFER_RESPONSE_COMPLETE = "INFER_RESPONSE_COMPLETE"
 
-_perf_counter_ns = time.perf_counter_ns
+_perf_counter_ns = _pc = time.perf_counter_ns
+
+# What an execution records, in this order.
+_C_START, _C_INPUT, _C_OUTPUT, _C_END = (
+    "COMPUTE_START",
+    "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START",
+    "COMPUTE_END",
+)
 
 
 class TraceGroup:
@@ -209,20 +217,10 @@ class RequestTrace:
             tensors.append(self._tensor("TENSOR_QUEUE_INPUT", tensor.name, tensor.datatype, tensor.data))
 
     def compute(self, start: int, end: int, back: int) -> None:
-        """An execution of the request's model ran from `start` to `end`; its results were back at `back`
-        (one reading for every request of the execution)."""
+        """An execution of the request's model ran from `start` to `end`; its results were back at `back`."""
         stamps = self.stamps
         if stamps is not None:
-            stamps += (
-                "COMPUTE_START",
-                start,
-                "COMPUTE_INPUT_END",
-                start,
-                "COMPUTE_OUTPUT_START",
-                end,
-                "COMPUTE_END",
-                back,
-            )
+            stamps += (_C_START, start, _C_INPUT, start, _C_OUTPUT, end, _C_END, back)
 
     def request_end(self, outputs: Iterable[InferTensor] = (), ns: int = 0) -> None:
         """The request is released, at `ns` (the admission path's own reading) or now."""
@@ -242,16 +240,16 @@ class RequestTrace:
             self.executed = None
             start, end, back = executed
             stamps += (
-                "COMPUTE_START",
+                _C_START,
                 start,
-                "COMPUTE_INPUT_END",
+                _C_INPUT,
                 start,
-                "COMPUTE_OUTPUT_START",
+                _C_OUTPUT,
                 end,
-                "COMPUTE_END",
+                _C_END,
                 back,
                 "REQUEST_END",
-                ns or _perf_counter_ns(),
+                ns or _pc(),
             )
 
     def _tensor(self, activity: str, name: str, datatype: str, data: np.ndarray) -> bytes:
