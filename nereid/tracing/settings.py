@@ -9,6 +9,7 @@ one still finish there, and its traces still pending are written once the last o
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Sequence
@@ -110,7 +111,11 @@ class TraceSetting:
         # the garbage collector never visits one by one.
         self._kept: list[Layout | bytes] = []
         self._values: list[int] = []
-        self._in_flight = 0
+        self._in_flight = 0  # traces sampled and not written, but those `start` counts in `_started`
+        # The traces started by `start` with no lock taken: next() is atomic under the GIL. Reading it
+        # counts too (`_probes`), which `_flying` takes off.
+        self._started = itertools.count()
+        self._probes = 0
         self._retired = False
         self._batch = log_frequency or 1 << 62  # traces kept before they are written
         self._every = False  # whether every request is sampled, none counted (valid, rate 1, no count)
@@ -134,9 +139,8 @@ class TraceSetting:
     def start(self, ids: Iterator[int], received: tuple[str | int, ...]) -> RequestTrace | None:
         """The trace of a request under this (Triton-mode) setting when it is sampled, with the frontend's
         receive times; else None."""
-        if self._every:  # the common setting: nothing to count but the traces in flight
-            with self._lock:
-                self._in_flight += 1
+        if self._every:  # the common setting: nothing to count but the traces in flight, with no lock
+            next(self._started)
         elif not self.sample():
             return None
         return RequestTrace(self, ids, 0, received)
@@ -185,7 +189,7 @@ class TraceSetting:
                 values += stamps[1::2]  # type: ignore[arg-type]
                 self._in_stream += 1  # nothing counted: no count to reach
                 batch = self._take() if self._in_stream >= self._batch else None
-                finished = self._retired and self._in_flight == 0
+                finished = self._retired and self._flying() == 0
         else:
             self.write_group((trace,))
             return
@@ -206,11 +210,17 @@ class TraceSetting:
             self._collected += 1
             full = self._in_stream >= self._batch or (self.count == 0 and self._collected == self._sample)
             batch = self._take() if full else None
-            finished = self._retired and self._in_flight == 0
+            finished = self._retired and self._flying() == 0
         if batch is not None:
             self._save(batch, indexed=True)
         if finished:
             self.flush()
+
+    def _flying(self) -> int:
+        """The traces sampled and not yet written (under the lock)."""
+        started = next(self._started) - self._probes
+        self._probes += 1
+        return self._in_flight + started
 
     def _take(self) -> tuple[list[Layout | bytes], list[int]]:
         batch = self._kept, self._values
@@ -228,7 +238,7 @@ class TraceSetting:
         """Replaced by an update: write what is kept once the traces sampled under it have finished."""
         with self._lock:
             self._retired = True
-            finished = self._in_flight == 0
+            finished = self._flying() == 0
         if finished:
             self.flush()
 

@@ -14,6 +14,7 @@ import pytest
 from nereid.tracing import TraceManager
 from nereid.tracing.config import LEVEL_TENSORS, LEVEL_TIMESTAMPS, TraceConfig
 from nereid.tracing.records import TraceFormatter
+from nereid.tracing.settings import SettingUpdate
 from nereid.tracing.trace import RequestTrace
 from nereid.types import InferTensor
 
@@ -202,3 +203,22 @@ def test_an_execution_left_on_the_trace_is_recorded_with_request_end_or_at_close
         (2, "REQUEST_START", 1),
         *[(2, *s) for s in computed],
     ]
+
+
+def test_a_replaced_setting_writes_its_traces_when_the_last_sampled_under_it_ends(tmp_path: Path) -> None:
+    """Every request sampled (no count): the setting counts its traces in flight with no lock, and still
+    writes them once, when the last one ends after an update replaced it."""
+    manager = _manager(tmp_path)
+    first, second = _sample(manager), _sample(manager)
+    manager.update("", SettingUpdate(rate=2))
+    for trace in (first, second):
+        trace.request_start("m", 1, "", trace.id)
+    first.close()
+    assert not (tmp_path / "trace.json").exists()  # the second is still in flight
+    second.close()
+    written = (tmp_path / "trace.json").read_bytes()
+    assert written.startswith(b"[") and [r["id"] for r in _records(written[1:]) if "model_name" in r] == [
+        1,
+        2,
+    ]
+    manager.close()
