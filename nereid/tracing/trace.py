@@ -177,7 +177,11 @@ class RequestTrace:
         stamps = self.stamps
         if stamps is not None:
             stamps += (start_name, start, end_name, _perf_counter_ns())
-        self.close()
+        if self._group is None and self.executed is None and not self._closed:  # close(), common case
+            self._closed = True
+            self.setting.write_trace(self)
+        else:
+            self.close()
 
     def admitted(
         self,
