@@ -120,6 +120,7 @@ class SpanTrace(RequestTrace):
     """One request through one model, as a model span (and compute spans) under its caller's span."""
 
     __slots__ = ("_parent", "_span", "_lock")
+    has_context = True
 
     def __init__(
         self, setting: TraceSetting, ids: Iterator[int], parent_id: int, parent: RequestTrace | None

@@ -151,6 +151,9 @@ class RequestTrace:
         else:
             group.closed()
 
+    # Whether `context` gives anything (a class constant: callers on the request path skip the call).
+    has_context = False
+
     def context(self) -> str | None:
         """What model code may propagate (`InferenceTrace.get_context()`): nothing in Triton mode."""
         return None
