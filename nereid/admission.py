@@ -123,9 +123,9 @@ class Admission:
         """The scheduler raised for a unary request: record why, and release it."""
         model = self.model
         if isinstance(exc, NereidError) and exc.answered and not model.ensemble:
-            self._record_success(time.perf_counter_ns())  # the model's own error response
+            end = self._record_success(time.perf_counter_ns())  # the model's own error response
             if self.trace is not None:
-                self.trace.request_end()
+                self.trace.request_end((), end)
             model.request_done()
             if log.isEnabledFor(logging.DEBUG):
                 _log_request(self, f"answered with an error: {exc}")
@@ -152,16 +152,16 @@ class Admission:
         except BaseException as exc:
             self.failed(exc)
             raise
-        self._record_success(executed)
+        end = self._record_success(executed)
         if self.trace is not None:
-            self.trace.request_end(outputs)
+            self.trace.request_end(outputs, end)
         model.request_done()
         if log.isEnabledFor(logging.DEBUG):
             _log_request(self, "OK")
         return outputs
 
-    def _record_success(self, executed: int) -> None:
-        """A request the model answered, its outputs shaped from `executed` on."""
+    def _record_success(self, executed: int) -> int:
+        """A request the model answered, its outputs shaped from `executed` on; returns when it ended."""
         model = self.model
         start = self.start
         timing = self.timing
@@ -178,6 +178,7 @@ class Admission:
             )
         if model.statistics.first_response is not None:
             model.statistics.record_first_response(end - start)
+        return end
 
     def cache_key(self) -> CacheKey:
         """What identifies this request's response in the response cache: model, version, every input

@@ -44,14 +44,16 @@ class TraceManager:
         self.active = config.level != LEVEL_OFF
 
     # sampling
-    def sample(self, model_name: str, carrier: Mapping[str, str] | None = None) -> RequestTrace | None:
-        """The trace of a request to `model_name`, when this request is sampled; else None. In
-        opentelemetry mode a request whose headers carry a W3C `traceparent` is always traced, as a child
-        of the client's span."""
+    def sample(
+        self, model_name: str, carrier: Mapping[str, str] | None = None, received: tuple[str | int, ...] = ()
+    ) -> RequestTrace | None:
+        """The trace of a request to `model_name`, when this request is sampled; else None. `received`:
+        the frontend's receive timestamps (name, ns, name, ns), its first. In opentelemetry mode a request
+        whose headers carry a W3C `traceparent` is always traced, as a child of the client's span."""
         setting = self._models.get(model_name, self._global)
         exporter = self._exporter
         if exporter is None:  # Triton mode: nothing forces a sample, and a setting OFF samples nothing
-            return RequestTrace(setting, self._ids) if setting.sample() else None
+            return setting.start(self._ids, received)
         if setting.level == LEVEL_OFF:
             return None
         context = None
@@ -59,7 +61,10 @@ class TraceManager:
             context = exporter.extract(carrier)
         if not setting.sample(context is not None):
             return None
-        return exporter.start(setting, self._ids, context)
+        trace = exporter.start(setting, self._ids, context)
+        for index in range(0, len(received), 2):
+            trace.timestamp(received[index], received[index + 1])  # type: ignore[arg-type]
+        return trace
 
     # the trace extension
     def setting(self, model_name: str = "") -> SettingAnswer:

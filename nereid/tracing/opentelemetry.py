@@ -113,13 +113,14 @@ class SpanGroup(TraceGroup):
             if self._open:
                 return
         self.root.end(self.exporter.offset + time.perf_counter_ns())
-        self.setting.write_trace(())  # counts the trace as collected; nothing is written in this mode
+        self.setting.write_group(())  # counts the trace as collected; nothing is written in this mode
 
 
 class SpanTrace(RequestTrace):
     """One request through one model, as a model span (and compute spans) under its caller's span."""
 
     __slots__ = ("_parent", "_span", "_lock")
+    has_context = True
 
     def __init__(
         self, setting: TraceSetting, ids: Iterator[int], parent_id: int, parent: RequestTrace | None
@@ -198,12 +199,12 @@ class SpanTrace(RequestTrace):
     def queue_start(self, ns: int, inputs: Iterable[InferTensor]) -> None:
         self.timestamp("QUEUE_START", ns)  # tensors are not traced in this mode, as in Triton
 
-    def compute(self, start: int, end: int) -> None:
+    def compute(self, start: int, end: int, back: int) -> None:
         if self.stamps is None or self._span is None:
             return
         from opentelemetry import trace
 
-        now = time.perf_counter_ns()
+        now = back
         span = self._spans.exporter.tracer.start_span(
             "compute",
             context=trace.set_span_in_context(self._span),
@@ -219,10 +220,14 @@ class SpanTrace(RequestTrace):
             span.add_event(name, timestamp=self._epoch(ns))
         span.end(self._epoch(now))
 
-    def request_end(self, outputs: Iterable[InferTensor] = ()) -> None:
+    def request_end(self, outputs: Iterable[InferTensor] = (), ns: int = 0) -> None:
+        executed = self.executed
+        if executed is not None:
+            self.executed = None
+            self.compute(*executed)
         if self._span is None:
             return
-        now = time.perf_counter_ns()
+        now = ns or time.perf_counter_ns()
         self.timestamp("REQUEST_END", now)
         with self._lock:
             span, self._span = self._span, None

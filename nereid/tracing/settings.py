@@ -9,18 +9,21 @@ one still finish there, and its traces still pending are written once the last o
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nereid.tracing.config import LEVEL_OFF
-from nereid.tracing.trace import TraceFormatter
+from nereid.tracing.records import Layout, TraceFormatter, keep
+from nereid.tracing.trace import RequestTrace
 
 if TYPE_CHECKING:
-    from nereid.tracing.trace import RequestTrace
+    from collections.abc import Iterator
+
+    import numpy as np
 
 log = logging.getLogger("nereid.tracing")
 
@@ -38,19 +41,19 @@ class TraceFile:
         self._lock = threading.Lock()
         self._stream: object | None = None
         self._closed = False
-        # A finished trace's records (it and its children): formatted when it closes, so that nothing of
-        # it outlives its request but bytes, which the garbage collector never has to visit.
-        self.format: Callable[[Sequence[RequestTrace]], bytes] = TraceFormatter().records
+        self.formatter = TraceFormatter()  # the layouts of its traces' records
 
-    def save(self, batch: Sequence[bytes], indexed: bool) -> None:
-        """Write the records of a batch of traces (each as `format` made them)."""
-        traces = b",".join(batch)
+    def save(self, traces: Sequence[bytes | np.ndarray], indexed: bool) -> None:
+        """Write the records of a batch of traces (comma-separated), given in pieces."""
         try:
             if indexed:
                 with self._lock:
                     index = self._index
                     self._index += 1
-                Path(f"{self.name}.{index}").write_bytes(b"[" + traces + b"]")
+                with open(f"{self.name}.{index}", "wb") as file:
+                    file.write(b"[")
+                    file.writelines(traces)
+                    file.write(b"]")
                 return
             with self._lock:
                 if self._closed:  # a trace that ended after shutdown: opening the file again would empty it
@@ -65,7 +68,7 @@ class TraceFile:
                 else:
                     stream = self._stream  # type: ignore[assignment]
                     stream.write(b",")
-                stream.write(traces)
+                stream.writelines(traces)  # type: ignore[attr-defined]
                 stream.flush()
         except OSError as exc:
             log.error("failed creating trace file: %s", exc)
@@ -103,9 +106,21 @@ class TraceSetting:
         self._sample = 0
         self._collected = 0
         self._in_stream = 0  # traces kept (a trace and its children count once)
-        self._stream: list[bytes] = []  # the records of the traces kept
-        self._in_flight = 0
+        # The traces kept, until their batch is written: the layout of each (and its tensors' records), and
+        # their values in one flat list of ints; nothing of a trace outlives its request but ints, which
+        # the garbage collector never visits one by one.
+        self._kept: list[Layout | bytes] = []
+        self._values: list[int] = []
+        self._in_flight = 0  # traces sampled and not written, but those `start` counts in `_started`
+        # The traces started by `start` with no lock taken: next() is atomic under the GIL. Reading it
+        # counts too (`_probes`), which `_flying` takes off.
+        self._started = itertools.count()
+        self._probes = 0
         self._retired = False
+        self._batch = log_frequency or 1 << 62  # traces kept before they are written
+        self._every = False  # whether every request is sampled, none counted (valid, rate 1, no count)
+        # the model's record, timestamp names and layout of the last trace written that has a layout kept
+        self._last: tuple[object, list[str | int], Layout] | None = None
         self.groups_lock = threading.Lock()  # a trace's first child makes its group under it
         if level == LEVEL_OFF:
             self.reason = "tracing is disabled"
@@ -115,10 +130,20 @@ class TraceSetting:
             self.reason = "trace file name is not given"
         else:
             self.reason = ""
+            self._every = rate == 1 and count < 0
 
     @property
     def valid(self) -> bool:
         return not self.reason and self.count != 0
+
+    def start(self, ids: Iterator[int], received: tuple[str | int, ...]) -> RequestTrace | None:
+        """The trace of a request under this (Triton-mode) setting when it is sampled, with the frontend's
+        receive times; else None."""
+        if self._every:  # the common setting: nothing to count but the traces in flight, with no lock
+            next(self._started)
+        elif not self.sample():
+            return None
+        return RequestTrace(self, ids, 0, received)
 
     def sample(self, force: bool = False) -> bool:
         """Whether this request is traced: every `rate`-th request while `count` lasts, or any request
@@ -139,40 +164,81 @@ class TraceSetting:
                 return True
             return False
 
-    def write_trace(self, traces: Sequence[RequestTrace]) -> None:
-        """A sampled trace finished (`traces`: it and its children, none in opentelemetry mode): keep it,
-        and write the traces kept to `<file>.<index>` once `count` traces were collected or every
-        `log_frequency` traces. They are kept formatted: a trace kept raw until its batch is written
-        would live long enough to be promoted to the collector's older generations, which grow the
-        collections of everything that lives there."""
-        records = self.file.format(traces) if traces else b""
-        with self._lock:
-            self._in_flight -= 1
-            if records:
-                self._stream.append(records)
-            self._in_stream += 1
-            self._collected += 1
-            full = (self.count == 0 and self._collected == self._sample) or (
-                self.log_frequency != 0 and self._in_stream >= self.log_frequency
-            )
-            batch = self._take() if full else None
-            finished = self._retired and self._in_flight == 0
-        if batch:
-            self.file.save(batch, indexed=True)
+    def write_trace(self, trace: RequestTrace) -> None:
+        """A sampled trace without children finished: keep it, and write the traces kept to
+        `<file>.<index>` once `count` traces were collected or every `log_frequency` traces."""
+        stamps = trace.stamps or ()
+        head = trace.head
+        if self._every and (stamps or head is not None) and not trace.tensors and not trace.parent_id:
+            # the common trace, `keep` inline: its layout (most often the last one's), its id, its ns
+            names = stamps[0::2]
+            last = self._last
+            if last is not None and names == last[1] and head == last[0]:
+                layout = last[2]
+            else:
+                key = (head, False, *names)
+                formatter = self.file.formatter
+                layout = formatter.layouts.get(key) or formatter.layout(key)
+                if key in formatter.layouts:
+                    self._last = (head, names, layout)
+            with self._lock:
+                self._in_flight -= 1
+                self._kept.append(layout)
+                values = self._values
+                values.append(trace.id)
+                values += stamps[1::2]  # type: ignore[arg-type]
+                self._in_stream += 1  # nothing counted: no count to reach
+                batch = self._take() if self._in_stream >= self._batch else None
+                finished = self._retired and self._flying() == 0
+        else:
+            self.write_group((trace,))
+            return
+        if batch is not None:
+            self._save(batch, indexed=True)
         if finished:
             self.flush()
 
-    def _take(self) -> list[bytes]:
-        batch = self._stream
-        self._stream = []
+    def write_group(self, traces: Sequence[RequestTrace]) -> None:
+        """A sampled trace finished with its children (`traces`; none in opentelemetry mode), or one the
+        common path of `write_trace` does not take: as `write_trace`."""
+        formatter = self.file.formatter
+        with self._lock:
+            self._in_flight -= 1
+            for trace in traces:
+                keep(formatter, trace, self._kept, self._values)
+            self._in_stream += 1
+            self._collected += 1
+            full = self._in_stream >= self._batch or (self.count == 0 and self._collected == self._sample)
+            batch = self._take() if full else None
+            finished = self._retired and self._flying() == 0
+        if batch is not None:
+            self._save(batch, indexed=True)
+        if finished:
+            self.flush()
+
+    def _flying(self) -> int:
+        """The traces sampled and not yet written (under the lock)."""
+        started = next(self._started) - self._probes
+        self._probes += 1
+        return self._in_flight + started
+
+    def _take(self) -> tuple[list[Layout | bytes], list[int]]:
+        batch = self._kept, self._values
+        self._kept = []
+        self._values = []
         self._in_stream = 0
         return batch
+
+    def _save(self, batch: tuple[list[Layout | bytes], list[int]], indexed: bool) -> None:
+        kept, values = batch
+        if kept:
+            self.file.save(self.file.formatter.batch(kept, values), indexed)
 
     def retire(self) -> None:
         """Replaced by an update: write what is kept once the traces sampled under it have finished."""
         with self._lock:
             self._retired = True
-            finished = self._in_flight == 0
+            finished = self._flying() == 0
         if finished:
             self.flush()
 
@@ -182,7 +248,7 @@ class TraceSetting:
             if self.mode != "triton" or not self._in_stream:
                 return
             batch = self._take()
-        self.file.save(batch, indexed=self.log_frequency != 0)
+        self._save(batch, indexed=self.log_frequency != 0)
 
 
 @dataclass(frozen=True)

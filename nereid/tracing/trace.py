@@ -3,10 +3,10 @@ calls), each a `RequestTrace` with an id of its own and its parent's id, all han
 sampled them when the last of them closes (Triton's TraceManager::Trace).
 
 While its request runs a trace only keeps raw values: a timestamp is a name and an int added to a flat
-list, the model's record a few plain fields. When the trace (with its children) closes, it is formatted
-at once (`TraceFormatter`: one template per model and sequence of names) and kept as bytes until its
-setting writes a batch every `log-frequency` traces. What a trace records after it closed is not
-written: Triton too writes a trace once it is released.
+list, the model's record a few plain fields. When the trace (with its children) closes, its setting keeps
+its layout and its ints (`records.py`) and writes them with the rest of its batch every `log-frequency`
+traces. What a trace records after it closed is not written: Triton too writes a trace once it is
+released.
 
 Timestamps are `time.perf_counter_ns()` values, which on Linux read CLOCK_MONOTONIC, the clock Triton's
 steady_clock timestamps come from.
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
 
 from nereid.tracing.config import LEVEL_TENSORS, LEVEL_TIMESTAMPS
+from nereid.tracing.records import tensor_text
 
 if TYPE_CHECKING:
     from nereid.tracing.settings import TraceSetting
@@ -39,7 +40,15 @@ GRPC_SEND_START = "GRPC_SEND_START"
 GRPC_SEND_END = "GRPC_SEND_END"
 INFER_RESPONSE_COMPLETE = "INFER_RESPONSE_COMPLETE"
 
-_perf_counter_ns = time.perf_counter_ns
+_perf_counter_ns = _pc = time.perf_counter_ns
+
+# What an execution records, in this order.
+_C_START, _C_INPUT, _C_OUTPUT, _C_END = (
+    "COMPUTE_START",
+    "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START",
+    "COMPUTE_END",
+)
 
 
 class TraceGroup:
@@ -66,7 +75,7 @@ class TraceGroup:
             if self._open:
                 return
             members = tuple(self._members)
-        self.setting.write_trace(members)
+        self.setting.write_group(members)
 
 
 class RequestTrace:
@@ -79,26 +88,37 @@ class RequestTrace:
         "head",
         "stamps",
         "tensors",
+        "executed",
         "_ids",
         "_group",
         "_closed",
         "__weakref__",
     )
 
-    def __init__(self, setting: TraceSetting, ids: Iterator[int], parent_id: int = 0) -> None:
+    def __init__(
+        self,
+        setting: TraceSetting,
+        ids: Iterator[int],
+        parent_id: int = 0,
+        received: tuple[str | int, ...] = (),
+    ) -> None:
         self.setting = setting
         self._ids = ids
         self.id = next(ids)  # itertools.count: atomic under the GIL
         self.parent_id = parent_id
         self._group: TraceGroup | None = None
         self._closed = False
+        # The execution that ran the request, as the instance pool leaves it (start, end, results back):
+        # recorded with REQUEST_END, in one step (an attribute set where a call would cost more).
+        self.executed: tuple[int, int, int] | None = None
         # Raw values, formatted in bulk when the setting writes (None: that level is not traced):
         # who the request was for, timestamps in the order taken (name, ns, name, ns, ...: one list, no
-        # tuple each; a pair is added by one `+=`, whole even where threads race), and TENSORS records.
+        # tuple each; a pair is added by one `+=`, whole even where threads race; the frontend's receive
+        # times first), and TENSORS records.
         # the model's record: its name, version, request id, and how many timestamps come before it
         self.head: tuple[str, int, str, int] | None = None
         level = setting.level
-        self.stamps: list[str | int] | None = [] if level & LEVEL_TIMESTAMPS else None
+        self.stamps: list[str | int] | None = [*received] if level & LEVEL_TIMESTAMPS else None
         self.tensors: list[bytes] | None = [] if level & LEVEL_TENSORS else None
 
     def child(self) -> RequestTrace:
@@ -121,12 +141,18 @@ class RequestTrace:
         """The request is answered: once every trace of its group is closed, the group is written."""
         if self._closed:
             return
+        if self.executed is not None:  # executed, but never released (REQUEST_END): its times still count
+            self.compute(*self.executed)
+            self.executed = None
         self._closed = True
         group = self._group
         if group is None:
-            self.setting.write_trace((self,))
+            self.setting.write_trace(self)
         else:
             group.closed()
+
+    # Whether `context` gives anything (a class constant: callers on the request path skip the call).
+    has_context = False
 
     def context(self) -> str | None:
         """What model code may propagate (`InferenceTrace.get_context()`): nothing in Triton mode."""
@@ -154,7 +180,11 @@ class RequestTrace:
         stamps = self.stamps
         if stamps is not None:
             stamps += (start_name, start, end_name, _perf_counter_ns())
-        self.close()
+        if self._group is None and self.executed is None and not self._closed:  # close(), common case
+            self._closed = True
+            self.setting.write_trace(self)
+        else:
+            self.close()
 
     def admitted(
         self,
@@ -193,22 +223,14 @@ class RequestTrace:
         for tensor in inputs:
             tensors.append(self._tensor("TENSOR_QUEUE_INPUT", tensor.name, tensor.datatype, tensor.data))
 
-    def compute(self, start: int, end: int) -> None:
-        """An execution of the request's model ran from `start` to `end`; its results are back now."""
+    def compute(self, start: int, end: int, back: int) -> None:
+        """An execution of the request's model ran from `start` to `end`; its results were back at `back`."""
         stamps = self.stamps
         if stamps is not None:
-            stamps += (
-                "COMPUTE_START",
-                start,
-                "COMPUTE_INPUT_END",
-                start,
-                "COMPUTE_OUTPUT_START",
-                end,
-                "COMPUTE_END",
-                _perf_counter_ns(),
-            )
+            stamps += (_C_START, start, _C_INPUT, start, _C_OUTPUT, end, _C_END, back)
 
-    def request_end(self, outputs: Iterable[InferTensor] = ()) -> None:
+    def request_end(self, outputs: Iterable[InferTensor] = (), ns: int = 0) -> None:
+        """The request is released, at `ns` (the admission path's own reading) or now."""
         tensors = self.tensors
         if tensors is not None:
             for tensor in outputs:
@@ -216,8 +238,26 @@ class RequestTrace:
                     self._tensor("TENSOR_BACKEND_OUTPUT", tensor.name, tensor.datatype, tensor.data)
                 )
         stamps = self.stamps
-        if stamps is not None:
-            stamps += ("REQUEST_END", _perf_counter_ns())
+        if stamps is None:
+            return
+        executed = self.executed
+        if executed is None:
+            stamps += ("REQUEST_END", ns or _perf_counter_ns())
+        else:  # what `compute` records, then REQUEST_END
+            self.executed = None
+            start, end, back = executed
+            stamps += (
+                _C_START,
+                start,
+                _C_INPUT,
+                start,
+                _C_OUTPUT,
+                end,
+                _C_END,
+                back,
+                "REQUEST_END",
+                ns or _pc(),
+            )
 
     def _tensor(self, activity: str, name: str, datatype: str, data: np.ndarray) -> bytes:
         # Formatted now: the arrays may be reused (shared memory, a model's buffers) once answered.
@@ -232,96 +272,3 @@ class RequestTrace:
             },
         }
         return orjson.dumps(record)
-
-
-class TraceFormatter:
-    """Writes traces as the records of Triton's trace file. A trace's records come from one
-    template made once per model and sequence of timestamp names (the same few recur): its id, which
-    every record starts with, is put in with one `replace` of a placeholder byte, then its times with one
-    `%`. Only a request id or a parent id gives the model's record a template of its own."""
-
-    def __init__(self) -> None:
-        self._stamps: dict[tuple[str, ...], bytes] = {}  # timestamp names -> their records' template
-        # the model's record among them: (model name, version, timestamps before it, names) -> template
-        self._headed: dict[tuple[str, int, int, tuple[str, ...]], bytes] = {}
-
-    def records(self, traces: Sequence[RequestTrace]) -> bytes:
-        """The traces' records, comma-separated (the inside of a JSON array)."""
-        if len(traces) == 1:  # a trace without children, the most common
-            return self._trace(traces[0])
-        return b",".join([self._trace(trace) for trace in traces])
-
-    def _trace(self, trace: RequestTrace) -> bytes:
-        # a snapshot, taken at once under the GIL: name, ns, name, ns, ...
-        stamps = trace.stamps[:] if trace.stamps else []
-        names = tuple(stamps[0::2])
-        head = trace.head
-        if head is None:
-            template = self._stamps_template(names) if names else b""
-        else:
-            # The model's record goes where it was taken, after the frontend's receive times, as Triton
-            # writes it.
-            model_name, version, request_id, before = head
-            if not request_id and not trace.parent_id:
-                key = (model_name, version, before, names)
-                template = self._headed.get(key)
-                if template is None:
-                    template = self._headed[key] = self._head_template(head, 0, names)
-            else:
-                template = self._head_template(head, trace.parent_id, names)
-        records = template.replace(_ID, b"%d" % trace.id) % tuple(stamps[1::2]) if template else b""
-        if trace.tensors:
-            records = b",".join([records, *trace.tensors] if records else trace.tensors)
-        return records
-
-    def _stamps_template(self, names: tuple[str, ...]) -> bytes:
-        """One record per timestamp, as Triton writes them: the id's placeholder, and the ns to fill in."""
-        template = self._stamps.get(names)
-        if template is None:
-            template = self._stamps[names] = b",".join(
-                b'{"id":%s,"timestamps":[{"name":%s,"ns":%%d}]}' % (_ID, _escaped(name)) for name in names
-            )
-        return template
-
-    def _head_template(
-        self, head: tuple[str, int, str, int], parent_id: int, names: tuple[str, ...]
-    ) -> bytes:
-        """The timestamps' records with the model's record after the first `before` of them."""
-        model_name, version, request_id, before = head
-        model = b'{"id":%s,"model_name":%s,"model_version":%d' % (_ID, _escaped(model_name), version)
-        if request_id:
-            model += b',"request_id":' + _escaped(request_id)
-        if parent_id:
-            model += b',"parent_id":%d' % parent_id
-        parts = [self._stamps_template(names[:before])] if before else []
-        parts.append(model + b"}")
-        if before < len(names):
-            parts.append(self._stamps_template(names[before:]))
-        return b",".join(parts)
-
-
-# Where a template takes its trace's id: a byte JSON text never holds raw (orjson escapes control
-# characters), so neither a name nor a request id can be mistaken for it.
-_ID = b"\x00"
-
-
-def _escaped(text: str) -> bytes:
-    """`text` as a JSON string, safe inside a `%` template."""
-    return orjson.dumps(text).replace(b"%", b"%%")
-
-
-def tensor_text(datatype: str, data: np.ndarray) -> str:
-    """A tensor's elements as Triton's trace writes them: comma-separated, floats with six significant
-    digits (C++ streams' default), booleans as 1 and 0, strings quoted; FP16 and BF16 left empty."""
-    flat = np.asarray(data).reshape(-1)
-    if datatype in ("FP16", "BF16"):
-        return ""
-    if datatype == "BYTES":
-        return ",".join(
-            '"' + (v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)) + '"' for v in flat
-        )
-    if datatype in ("FP32", "FP64"):
-        return ",".join(format(float(v), "g") for v in flat)
-    if datatype == "BOOL":
-        return ",".join("1" if v else "0" for v in flat)
-    return ",".join(str(int(v)) for v in flat)

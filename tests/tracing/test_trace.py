@@ -1,5 +1,5 @@
-"""Traces on the request path keep raw values only; they are formatted as Triton's trace records when
-they close, and written by batches."""
+"""Traces on the request path keep raw values only; a closed trace is kept as its layout and ints, and
+formatted as Triton's trace records with its batch."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pytest
 
 from nereid.tracing import TraceManager
 from nereid.tracing.config import LEVEL_TENSORS, LEVEL_TIMESTAMPS, TraceConfig
-from nereid.tracing.trace import RequestTrace, TraceFormatter
+from nereid.tracing.records import TraceFormatter
+from nereid.tracing.settings import SettingUpdate
+from nereid.tracing.trace import RequestTrace
 from nereid.types import InferTensor
 
 
@@ -48,7 +50,7 @@ def test_records_have_tritons_shape_and_order(tmp_path: Path) -> None:
     trace.timestamp("HTTP_RECV_END", 6)
     trace.request_start('a "quoted" model %d', 3, "req\n1", 10)
     trace.queue_start(11, ())
-    trace.compute(12, 13)
+    trace.compute(12, 13, 14)
     child = trace.child()
     child.request_start("step", 1, "", 20)
     plain = _sample(manager)
@@ -57,7 +59,7 @@ def test_records_have_tritons_shape_and_order(tmp_path: Path) -> None:
     plain.timestamp("HTTP_SEND_END", 32)
     records = _records(TraceFormatter().records([trace, child, plain]))
     model = {"id": 1, "model_name": 'a "quoted" model %d', "model_version": 3, "request_id": "req\n1"}
-    assert records[:8] == [
+    assert records[:9] == [
         _stamp(1, "HTTP_RECV_START", 5),
         _stamp(1, "HTTP_RECV_END", 6),
         model,
@@ -66,8 +68,8 @@ def test_records_have_tritons_shape_and_order(tmp_path: Path) -> None:
         _stamp(1, "COMPUTE_START", 12),
         _stamp(1, "COMPUTE_INPUT_END", 12),
         _stamp(1, "COMPUTE_OUTPUT_START", 13),
+        _stamp(1, "COMPUTE_END", 14),
     ]
-    assert records[8]["timestamps"][0]["name"] == "COMPUTE_END"  # when the results are back: now
     assert records[9:] == [
         {"id": 2, "model_name": "step", "model_version": 1, "parent_id": 1},
         _stamp(2, "REQUEST_START", 20),
@@ -121,26 +123,26 @@ def test_tensor_records_follow_the_timestamps(tmp_path: Path) -> None:
     }
 
 
-def test_a_trace_is_formatted_when_it_closes_and_written_with_its_batch(
+def test_a_trace_is_kept_as_ints_and_formatted_with_its_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Formatted at close, nothing of a trace but bytes is kept until its batch is written (a raw trace
-    kept that long would grow the garbage collector's older generations)."""
+    """Nothing of a closed trace but its layout and ints is kept until its batch is written (a raw trace
+    kept that long would grow the garbage collector's older generations); the batch is formatted at once."""
     formatted: list[int] = []
-    records = TraceFormatter.records
+    batch = TraceFormatter.batch
 
-    def counted(self: TraceFormatter, traces: list[RequestTrace]) -> bytes:
-        formatted.append(len(traces))
-        return records(self, traces)
+    def counted(self: TraceFormatter, kept: list[Any], values: list[int]) -> list[Any]:
+        formatted.append(len(kept))
+        return batch(self, kept, values)
 
-    monkeypatch.setattr(TraceFormatter, "records", counted)
+    monkeypatch.setattr(TraceFormatter, "batch", counted)
     manager = _manager(tmp_path, log_frequency=3)
     for index in range(7):
         trace = _sample(manager)
         trace.request_start("m", 1, "", index)
         trace.close()
-        assert len(formatted) == index + 1
-        assert gc.get_referrers(trace) == []  # its setting kept its records, not the trace
+        assert formatted == [3] * ((index + 1) // 3)
+        assert gc.get_referrers(trace) == []  # its setting kept its values, not the trace
         if index == 4:  # two traces kept since the first batch: not written yet
             assert [p.name for p in tmp_path.iterdir()] == ["trace.json.0"]
     manager.close()
@@ -172,3 +174,51 @@ def test_a_child_made_after_its_parent_closed_is_written_on_its_own(tmp_path: Pa
     first, second = (_records(Path(f"{tmp_path}/trace.json.{i}").read_bytes()[1:-1]) for i in range(2))
     assert [r["id"] for r in first] == [1, 1]
     assert [r["id"] for r in second] == [2, 2] and second[0]["parent_id"] == 1
+
+
+def test_an_execution_left_on_the_trace_is_recorded_with_request_end_or_at_close(tmp_path: Path) -> None:
+    """The instance pool leaves an execution's times on the trace; they are recorded before REQUEST_END,
+    or when the trace closes if the request is never released."""
+    manager = _manager(tmp_path)
+    released, unreleased = _sample(manager), _sample(manager)
+    for trace in (released, unreleased):
+        trace.request_start("m", 1, "", 1)
+        trace.executed = (2, 3, 4)
+    released.request_end((), 5)
+    for trace in (released, unreleased):
+        trace.close()
+    manager.close()
+    records = json.loads((tmp_path / "trace.json").read_text())
+    stamps = [(r["id"], *r["timestamps"][0].values()) for r in records if "timestamps" in r]
+    computed = [
+        ("COMPUTE_START", 2),
+        ("COMPUTE_INPUT_END", 2),
+        ("COMPUTE_OUTPUT_START", 3),
+        ("COMPUTE_END", 4),
+    ]
+    assert stamps == [
+        (1, "REQUEST_START", 1),
+        *[(1, *s) for s in computed],
+        (1, "REQUEST_END", 5),
+        (2, "REQUEST_START", 1),
+        *[(2, *s) for s in computed],
+    ]
+
+
+def test_a_replaced_setting_writes_its_traces_when_the_last_sampled_under_it_ends(tmp_path: Path) -> None:
+    """Every request sampled (no count): the setting counts its traces in flight with no lock, and still
+    writes them once, when the last one ends after an update replaced it."""
+    manager = _manager(tmp_path)
+    first, second = _sample(manager), _sample(manager)
+    manager.update("", SettingUpdate(rate=2))
+    for trace in (first, second):
+        trace.request_start("m", 1, "", trace.id)
+    first.close()
+    assert not (tmp_path / "trace.json").exists()  # the second is still in flight
+    second.close()
+    written = (tmp_path / "trace.json").read_bytes()
+    assert written.startswith(b"[") and [r["id"] for r in _records(written[1:]) if "model_name" in r] == [
+        1,
+        2,
+    ]
+    manager.close()

@@ -8,7 +8,7 @@ answer meanwhile: the caller being busy never holds the callee up.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -37,9 +37,9 @@ async def serve_bls(
     server: ModelServices | None,
     frame: tuple[Any, ...],
     reply: Reply,
-    traces: Mapping[int, RequestTrace] | None = None,
+    find_trace: Callable[[int], RequestTrace | None] | None = None,
 ) -> None:
-    """Answer one BLS frame with BLS_RESPONSE frames, the last one final. `traces` holds the traced
+    """Answer one BLS frame with BLS_RESPONSE frames, the last one final. `find_trace` finds the traced
     requests the model is executing, by trace id: a BLS request made with one's `trace()` is its child."""
     _, call_id, model_name, version, decoupled, raw = frame
 
@@ -71,7 +71,7 @@ async def serve_bls(
         log.exception("a malformed BLS request to model '%s'", model_name)
         answer(True, unexpected(exc))
         return
-    parent = traces.get(trace_id) if trace_id and traces is not None else None
+    parent = find_trace(trace_id) if trace_id and find_trace is not None else None
     await run_bls(server, request, decoupled, answer, parent)
 
 

@@ -108,7 +108,8 @@ class PythonInstance:
         self._streams: dict[int, ResponseStream] = {}  # a decoupled model's open requests, by stream id
         self._stream_ids = itertools.count(1)
         self._calls: set[asyncio.Task[None]] = set()  # BLS and model control calls being served
-        # traced requests sent to the worker, by trace id, while they live (their BLS calls' parents)
+        # traced decoupled requests sent to the worker, by trace id, while they live (their BLS calls'
+        # parents); other requests' traces are found among the executions in flight (`_parent_trace`)
         self._traces: weakref.WeakValueDictionary[int, RequestTrace] = weakref.WeakValueDictionary()
         self._reason: str | None = None
         self._failed = False  # the worker died and could not be restarted
@@ -205,8 +206,8 @@ class PythonInstance:
         writer = worker.inputs[slot]
         try:
             raw = tuple([encode_request(writer, r, self._open_stream(r)) for r in requests])
-            for r in requests:  # BLS calls made with one's trace() find it here, while it lives
-                if r.trace is not None:
+            for r in requests:  # a decoupled request's BLS calls may outlive its execution: its trace is kept
+                if r.trace is not None and r.stream is not None:
                     self._traces[r.trace.id] = r.trace
         except NereidError as exc:
             writer.reset()
@@ -375,7 +376,7 @@ class PythonInstance:
             loop = worker.loop or asyncio.get_running_loop()
             reply = functools.partial(self._answer, worker)
             if kind == wire.BLS:
-                task = loop.create_task(serve_bls(self._server, frame, reply, self._traces))
+                task = loop.create_task(serve_bls(self._server, frame, reply, self._parent_trace))
             else:
                 task = loop.create_task(serve_control(self._server, frame, reply))
             self._calls.add(task)
@@ -400,6 +401,18 @@ class PythonInstance:
 
     def _metric(self, frame: tuple[Any, ...]) -> tuple[Any, ...] | None:
         return metric_answer(self._metrics, frame)
+
+    def _parent_trace(self, trace_id: int) -> RequestTrace | None:
+        """The trace of a request sent to the worker, by id: the parent of a BLS call made with it. Looked
+        for only when such a call comes, so that tracing a request costs no bookkeeping here."""
+        trace = self._traces.get(trace_id)
+        if trace is not None:
+            return trace
+        for execution in self._inflight:
+            for request in execution.requests:
+                if request.trace is not None and request.trace.id == trace_id:
+                    return request.trace
+        return None
 
     def _call_done(self, task: asyncio.Task[None]) -> None:
         self._calls.discard(task)

@@ -50,7 +50,7 @@ def encode_request(writer: wire.TensorWriter, request: BackendRequest, stream_id
             )
         inputs.append(writer.add(name, datatype, data))
     trace = request.trace
-    traced = None if trace is None else (trace.id, trace.context())
+    traced = None if trace is None else (trace.id, trace.context() if trace.has_context else None)
     return (*request_fields(request), tuple(inputs), stream_id, traced)
 
 

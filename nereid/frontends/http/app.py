@@ -337,9 +337,9 @@ class HttpFrontend:
     def _sample(self, name: str, request: HttpRequest) -> RequestTrace | None:
         """The trace of an inference request, when it is sampled; the connection took its receive times,
         and records its send times and closes it once the response is written."""
-        trace = request.trace = self._tracer.sample(name, request.headers)
-        if trace is not None:
-            trace.received(HTTP_RECV_START, request.recv_start, HTTP_RECV_END, request.recv_end)
+        trace = request.trace = self._tracer.sample(
+            name, request.headers, (HTTP_RECV_START, request.recv_start, HTTP_RECV_END, request.recv_end)
+        )
         return trace
 
     def _infer_now(
@@ -362,8 +362,10 @@ class HttpFrontend:
             infer_request = decode_infer_request(body, header_length, name, version)
             if self._forwarding is not None:
                 self._forwarding.add_parameters(headers.items(), infer_request.parameters)
-            if request.recv_start:  # tracing is on
-                infer_request.trace = self._sample(name, request)
+            if request.recv_start:  # tracing is on: `_sample`, inline on the common path
+                infer_request.trace = request.trace = self._tracer.sample(
+                    name, headers, (HTTP_RECV_START, request.recv_start, HTTP_RECV_END, request.recv_end)
+                )
             queued = self._engine.infer_queued(infer_request)
         except Exception as exc:
             return _error_reply(exc, request)

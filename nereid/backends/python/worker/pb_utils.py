@@ -355,7 +355,7 @@ class InferenceRequest:
         timeout: int,
         output_names: Sequence[str],
         stream_id: int = 0,
-        trace: InferenceTrace | None = None,
+        traced: tuple[int, str | None] | None = None,
     ) -> InferenceRequest:
         # One per request on the hot path: set what varies, the rest are class-level defaults.
         request = cls.__new__(cls)
@@ -367,12 +367,13 @@ class InferenceRequest:
         request._flags = flags
         request._timeout = timeout
         request._parameters = parameters
-        if trace is not None:
-            request._trace = trace
+        if traced is not None:  # its trace's id and context: the trace is made if the model asks for it
+            request._traced = traced
         return request
 
     # Defaults of received requests (instances override what they set).
     _trace = InferenceTrace()
+    _traced: tuple[int, str | None] | None = None
     _release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
     model_name = ""
     model_version = -1
@@ -407,6 +408,10 @@ class InferenceRequest:
         return list(self._output_names)
 
     def trace(self) -> InferenceTrace:
+        traced = self._traced
+        if traced is not None:
+            self._trace = InferenceTrace(*traced)
+            self._traced = None
         return self._trace
 
     def is_cancelled(self) -> bool:
@@ -463,7 +468,7 @@ class InferenceRequest:
             self._timeout,
             tuple(self._output_names),
             tuple(inputs),
-            self._trace._id,  # 0: not traced
+            self.trace()._id,  # 0: not traced
         )
         version = int(self.model_version)
         return lambda call_id: (wire.BLS, call_id, self.model_name, version, decoupled, request)

@@ -269,7 +269,7 @@ class Worker:
                     timeout,
                     names,
                     stream,
-                    None if traced is None else pb_utils.InferenceTrace(*traced),
+                    traced,
                 )
             )
             wanted.append(names)
