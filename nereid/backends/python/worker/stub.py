@@ -84,6 +84,7 @@ class Worker:
         self._loop: Any = None  # an asyncio loop, made when model code first returns an awaitable
         self._busy_wait_s = 0.0
         self._gap_s = 0.0  # smoothed wait between the end of one frame's work and the next frame
+        self._poll_after = False  # the last execution came with nothing ahead of it (see _next)
 
     # transport
     def send(self, message: tuple, fd: int = -1) -> None:
@@ -96,9 +97,11 @@ class Worker:
         with channel.read_lock:  # model threads waiting on the server read while this one does not
             if not channel.frames:
                 waited = time.perf_counter()
-                # Poll only while requests have been coming soon enough for it to pay: with sparse
-                # traffic, or a machine too busy to answer in time, the worker sleeps at once.
-                if self._gap_s < 2 * self._busy_wait_s:
+                # Poll only while requests have been coming soon enough for it to pay, and after an
+                # execution the server sent with nothing ahead of it: with sparse traffic, a machine too
+                # busy to answer in time, or a server with requests queued (busy itself, keeping this
+                # worker fed), the worker sleeps at once.
+                if self._poll_after and self._gap_s < 2 * self._busy_wait_s:
                     self._poll(self._busy_wait_s)
                 while not channel.frames:
                     frames = wire.receive(self._sock, self._reader)
@@ -228,7 +231,7 @@ class Worker:
         )
 
     def _execute(self, frame: tuple) -> None:
-        _, seq, slot, new_size, raw_requests = frame
+        _, seq, slot, new_size, raw_requests, self._poll_after = frame
         while len(self._inputs) <= slot:
             self._inputs.append(None)
         if new_size:

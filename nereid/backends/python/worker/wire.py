@@ -36,7 +36,9 @@ import numpy as np
 # Frame kinds, server -> worker
 INIT = "init"  # (INIT, model_file, args: dict, arena_size, busy_wait_us) -> READY | ERROR
 AUTO_COMPLETE = "auto_complete"  # (AUTO_COMPLETE, model_file, config_json: str) -> CONFIG | ERROR
-EXECUTE = "execute"  # (EXECUTE, seq, slot, new_arena_size, requests) -> RESULT | FAILED; seq counts 0, 1, ...
+# (EXECUTE, seq, slot, new_arena_size, requests, poll_after) -> RESULT | FAILED; seq counts 0, 1, ...;
+# poll_after: sent with no other execution ahead of it, so the worker may poll for the next (see stub._next)
+EXECUTE = "execute"
 IS_READY = "is_ready"  # (IS_READY, seq) -> READY_STATE
 FINALIZE = "finalize"  # (FINALIZE,) -> FINALIZED, then the worker exits
 CANCEL = "cancel"  # (CANCEL, stream_id): the client of a decoupled model's request went away
