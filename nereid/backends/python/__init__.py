@@ -26,7 +26,8 @@ Settings, from `--backend-config=python,<key>=<value>` (server-wide) and from th
   execution. Waking a sleeping process costs tens of microseconds, more than a small model takes;
   polling trades that for CPU time. Each side polls only while the waits it has seen lately were
   short enough for polling to pay (under twice the window), so sparse traffic and slow models cost
-  no polling. Default 500; 0 turns polling off.
+  no polling; a worker also polls only after an execution the server sent with none ahead of it (under
+  load the server keeps it fed and needs the CPU itself). Default 500; 0 turns polling off.
 """
 
 from __future__ import annotations
