@@ -4,7 +4,6 @@ KIND_GPU."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -16,6 +15,7 @@ from nereid.backends.base import BackendRequest, BackendResult, InstanceSpec, Ou
 from nereid.backends.batching import execute_batched
 from nereid.datatypes import config_to_wire, numpy_dtype
 from nereid.errors import ModelConfigError, NereidError, Unavailable
+from nereid.host import available_cpus
 from nereid.model_config.sequence import state_outputs, supplied_inputs
 
 N = TypeVar("N", int, float)
@@ -105,8 +105,7 @@ def bool_parameter(config: mc.ModelConfig, key: str, default: bool) -> bool:
 def threads_per_instance(config: mc.ModelConfig) -> int:
     """The cores this process may run on, shared among the model's instances (at least one thread each):
     a thread pool per instance as large as the host runs more threads than a small host has cores."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // max(1, sum(group.count for group in config.instance_group)))
+    return max(1, available_cpus() // max(1, sum(group.count for group in config.instance_group)))
 
 
 def no_gpu(spec: InstanceSpec, framework: str, hint: str) -> Unavailable:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -51,6 +52,7 @@ def test_load_unload_cycles_leave_no_workers_descriptors_or_shared_memory(tmp_pa
             manager.unload("add_sub")
 
         cycle()  # the first cycle imports what later ones reuse
+        gc.collect()  # garbage from earlier tests, closing its descriptors now rather than mid-count
         fds, shm, threads = _open_fds(), _shared_memory_mappings(), threading.active_count()
         for _ in range(CYCLES - 1):
             cycle()

@@ -118,7 +118,7 @@ def test_the_native_core_takes_one_io_thread_on_two_cpus_or_fewer(
 ) -> None:
     from nereid.frontends.grpc import native
 
-    monkeypatch.setattr(native.os, "sched_getaffinity", lambda pid: cpus)
+    monkeypatch.setattr(native, "available_cpus", lambda: len(cpus))
     assert native.io_threads() == threads
     server = native.native_server(object())  # type: ignore[arg-type]
     assert server._io_threads == threads
