@@ -52,8 +52,10 @@ PERF_ANALYZER_METADATA = (("user-agent", "grpc-c++/1.62.1 grpc-c/39.0.0 (linux; 
 
 
 def infer_payload() -> bytes:
-    """perf_analyzer's request for add_sub: two FP32 [1,16] inputs in raw contents, both outputs asked."""
+    """perf_analyzer's request for add_sub: two FP32 [1,16] inputs in raw contents, both outputs asked,
+    and the parameter perf_analyzer sets on every call."""
     request = pb.ModelInferRequest(model_name=MODEL)
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
     for name in ("INPUT0", "INPUT1"):
         request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
         request.raw_input_contents.append(np.arange(16, dtype=np.float32).tobytes())

@@ -27,6 +27,7 @@ from nereid.types import (
     InferRequest,
     InferResponse,
     InferTensor,
+    Parameters,
     RequestedOutput,
 )
 
@@ -57,7 +58,7 @@ _TYPE_OF_FIELD = {
     "bytes_contents": "BYTES",
 }
 # Reserved request parameters and the kinds of value Triton takes for them.
-_RESERVED = {
+RESERVED_PARAMETERS = {
     "sequence_id": ("int64_param", "uint64_param", "string_param"),
     "sequence_start": ("bool_param",),
     "sequence_end": ("bool_param",),
@@ -230,7 +231,7 @@ def _request_parameters(parameters: Mapping[str, pb.InferParameter], request: In
     result = request.parameters
     for key, parameter in parameters.items():
         kind = parameter.WhichOneof("parameter_choice")
-        reserved = _RESERVED.get(key)
+        reserved = RESERVED_PARAMETERS.get(key)
         if reserved is not None:
             if kind not in reserved:
                 raise InvalidArgument(
@@ -258,6 +259,13 @@ def _request_parameters(parameters: Mapping[str, pb.InferParameter], request: In
                 f"invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
             )
         result[key] = getattr(parameter, kind)
+
+
+def decode_request_parameters(parameters: Mapping[str, pb.InferParameter]) -> Parameters:
+    """The plain parameters of a request, checked and worded as `decode_infer_request` does."""
+    request = InferRequest("", "", [])
+    _request_parameters(parameters, request)
+    return request.parameters
 
 
 def _tensor_parameters(parameters: Mapping[str, pb.InferParameter]) -> dict[str, Any]:

@@ -11,9 +11,10 @@ own (encoded) size.
 Soundness: the prefix is trusted only when it parses as a whole message with no raw contents. A prefix
 that ends inside a field fails to parse, so it ends on a field boundary; every raw content then lies in the
 rest, whose size is exactly theirs, so the rest holds nothing else and the prefix alone carries every other
-field of the request. Layouts that need more than views on raw bytes (parameters, shared memory, typed
-contents, BYTES, anything Triton refuses) are not kept: such requests take `decode_infer_request`, which
-checks and words everything.
+field of the request. Layouts that need more than views on raw bytes (request controls such as
+`sequence_id`, tensor parameters, shared memory, typed contents, BYTES, anything Triton refuses) are not
+kept: such requests take `decode_infer_request`, which checks and words everything. Plain request
+parameters are kept, decoded once: perf_analyzer sets `triton_enable_empty_final_response` on every call.
 """
 
 from __future__ import annotations
@@ -27,8 +28,14 @@ from tritonclient.grpc import service_pb2 as pb
 
 from nereid.datatypes import WIRE_DATATYPES, numpy_dtype, tensor_to_bytes
 from nereid.errors import NereidError
-from nereid.frontends.grpc.codec import check_shape, decode_infer_request, encode_infer_response
-from nereid.types import InferRequest, InferResponse, InferTensor, InputLayout, RequestedOutput
+from nereid.frontends.grpc.codec import (
+    RESERVED_PARAMETERS,
+    check_shape,
+    decode_infer_request,
+    decode_request_parameters,
+    encode_infer_response,
+)
+from nereid.types import InferRequest, InferResponse, InferTensor, InputLayout, Parameters, RequestedOutput
 
 # Layouts kept at most; past that the table starts again (requests that differ in their ids, say).
 MAX_LAYOUTS = 256
@@ -46,6 +53,7 @@ class Layout:
     id: str
     inputs: tuple[InputLayout, ...]
     outputs: tuple[str, ...] | None
+    parameters: Parameters  # plain ones only; each request gets its own copy
 
     def request(self, contents: list[bytes]) -> InferRequest | None:
         """The request with these raw contents; None when one has not its input's size (the general
@@ -61,7 +69,10 @@ class Layout:
         outputs = None
         if self.outputs is not None:
             outputs = [RequestedOutput(name, None, 0, {}, None) for name in self.outputs]
-        return InferRequest(self.model_name, self.model_version, inputs, outputs, self.id, layout=self)
+        parameters = dict(self.parameters) if self.parameters else {}
+        return InferRequest(
+            self.model_name, self.model_version, inputs, outputs, self.id, parameters, layout=self
+        )
 
 
 def _varint_size(value: int) -> int:
@@ -78,8 +89,16 @@ def _layout(prefix: bytes, raw_count: int) -> Layout | None:
         message = pb.ModelInferRequest.FromString(prefix)
     except DecodeError:
         return None
-    if message.raw_input_contents or message.parameters or len(message.inputs) != raw_count:
+    if message.raw_input_contents or len(message.inputs) != raw_count:
         return None
+    parameters: Parameters = {}
+    if message.parameters:
+        if any(key in RESERVED_PARAMETERS for key in message.parameters):
+            return None
+        try:
+            parameters = decode_request_parameters(message.parameters)
+        except NereidError:
+            return None
     inputs = []
     for tensor in message.inputs:
         dtype = _ARRAY_DTYPES.get(tensor.datatype)
@@ -96,7 +115,7 @@ def _layout(prefix: bytes, raw_count: int) -> Layout | None:
         if any(output.parameters for output in message.outputs):
             return None
         outputs = tuple(output.name for output in message.outputs)
-    return Layout(message.model_name, message.model_version, message.id, tuple(inputs), outputs)
+    return Layout(message.model_name, message.model_version, message.id, tuple(inputs), outputs, parameters)
 
 
 class LayoutCache:

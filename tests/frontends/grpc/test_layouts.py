@@ -74,10 +74,26 @@ def _same(cache: LayoutCache, message: pb.ModelInferRequest, payload: bytes | No
     return expected
 
 
+def _plain_parameters(message: pb.ModelInferRequest) -> pb.ModelInferRequest:
+    """perf_analyzer's parameter, and one of each plain kind."""
+    message.parameters["triton_enable_empty_final_response"].bool_param = True
+    message.parameters["name"].string_param = "x"
+    message.parameters["count"].int64_param = -3
+    message.parameters["scale"].double_param = 0.5
+    return message
+
+
 def _variants() -> list[pb.ModelInferRequest]:
     plain = _message([1.0, 2.0])
     with_parameters = _message([1.0])
     with_parameters.parameters["sequence_id"].int64_param = 7
+    plain_parameters = _plain_parameters(_message([1.0, 2.0]))
+    mixed_parameters = _plain_parameters(_message([1.0]))
+    mixed_parameters.parameters["priority"].int64_param = 2
+    reserved_key = _message([1.0])
+    reserved_key.parameters["triton_other"].bool_param = True
+    bad_kind = _message([1.0])
+    bad_kind.parameters["scale"].uint64_param = 3
     tensor_parameters = _message([1.0])
     tensor_parameters.inputs[0].parameters["x"].string_param = "y"
     classified = _message([1.0])
@@ -104,6 +120,10 @@ def _variants() -> list[pb.ModelInferRequest]:
         _message([1.0, 2.0], datatype="FP16"),
         large,
         with_parameters,
+        plain_parameters,
+        mixed_parameters,
+        reserved_key,
+        bad_kind,
         tensor_parameters,
         classified,
         short,
@@ -155,6 +175,34 @@ def test_raw_contents_written_before_other_fields_are_read_right() -> None:
     fresh = LayoutCache()
     _same(fresh, message, payload)
     _same(fresh, message)
+
+
+def test_requests_with_plain_parameters_are_decoded_from_their_layout_each_with_its_own_parameters() -> None:
+    cache = LayoutCache()
+    message = _plain_parameters(_message([1.0, 2.0]))
+    payload = message.SerializeToString()
+    first = cache.decode(message, payload)
+    second = cache.decode(message, payload)
+    assert first.layout is not None and second.layout is first.layout
+    assert first.parameters == {
+        "triton_enable_empty_final_response": True,
+        "name": "x",
+        "count": -3,
+        "scale": 0.5,
+    }
+    first.parameters["name"] = "changed"  # a backend may change its request's parameters
+    assert second.parameters["name"] == "x"
+    assert cache.decode(message, payload).parameters["name"] == "x"
+
+
+def test_requests_with_controls_take_the_general_decoder() -> None:
+    cache = LayoutCache()
+    message = _plain_parameters(_message([1.0]))
+    message.parameters["sequence_id"].int64_param = 7
+    payload = message.SerializeToString()
+    for _ in range(2):
+        request = cache.decode(message, payload)
+        assert request.layout is None and request.sequence_id == 7
 
 
 def test_the_table_of_layouts_is_bounded() -> None:
