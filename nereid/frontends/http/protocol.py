@@ -5,7 +5,8 @@ Why not an ASGI server: the infer path of a small model costs about as much as t
 request arrives as one object with its whole body, and its response leaves in one write.
 
 Per connection, requests are answered one at a time and in order (HTTP/1.1 pipelining); parsing pauses
-while the client does not read its responses or sends too far ahead.
+while the client does not read its responses or sends too far ahead. A request whose head is one httptools
+already read as plain is served from that reading, by its bytes (heads.py).
 """
 
 from __future__ import annotations
