@@ -5,7 +5,8 @@ Why not an ASGI server: the infer path of a small model costs about as much as t
 request arrives as one object with its whole body, and its response leaves in one write.
 
 Per connection, requests are answered one at a time and in order (HTTP/1.1 pipelining); parsing pauses
-while the client does not read its responses or sends too far ahead.
+while the client does not read its responses or sends too far ahead. A request whose head is one httptools
+already read as plain is served from that reading, by its bytes (heads.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httptools
 
+from nereid.frontends.http.heads import HEAD_END, MAX_HEAD_BYTES, Head, HeadCache, plain
 from nereid.tracing.trace import HTTP_SEND_END, HTTP_SEND_START
 
 if TYPE_CHECKING:
@@ -180,6 +182,7 @@ class HttpServer:
         self._handler = handler
         self._error_response = error_response
         self._max_body_size = max_body_size
+        self._heads = HeadCache()  # per server: what a head allows depends on its limits
         self._connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -313,6 +316,14 @@ class _Connection(asyncio.Protocol):
         # A request was framed two ways (Content-Length and chunked): it is answered, and nothing sent
         # after it on this connection is, since a peer on the way may have framed it the other way.
         self._last = False
+        # Where the head cache may take over: httptools holds no part of a message, and the last one kept
+        # the connection alive.
+        self._between_messages = True
+        self._known: Head | None = None  # a known head whose body is still arriving
+        # The bytes of the head that starts this read, when not known: the key under which httptools'
+        # reading of it is kept if it turns out plain (_head_key, for the message it begins).
+        self._candidate: bytes | None = None
+        self._head_key: bytes | None = None
 
     @property
     def busy(self) -> bool:
@@ -352,14 +363,21 @@ class _Connection(asyncio.Protocol):
                 self._close()
             return
         self.last_active = time.monotonic()
+        if self._between_messages:
+            data = self._serve_known(data)
+            if not data:
+                return
         was_in_head = self._in_head
         self._chunk_header = False
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            pass  # no protocol upgrades here: the request is served as plain HTTP/1.1
+            # No protocol upgrades here: the request is served as plain HTTP/1.1, and what follows it is
+            # left to httptools.
+            self._between_messages = False
         except httptools.HttpParserError as exc:
             self._refuse(400, f"malformed HTTP request: {exc}")
+        self._candidate = None
         if self._refused:
             return
         # httptools buffers a header until its end, so its size is bounded here, read by read: a read that
@@ -374,6 +392,57 @@ class _Connection(asyncio.Protocol):
             # than wait for data the limit would refuse anyway.
             self._check_chunk_size(self._tail + data[-_CHUNK_LINE_TAIL:])
         self._tail = data[-_CHUNK_LINE_TAIL:]
+
+    def _serve_known(self, data: bytes) -> bytes:
+        """Serve the requests at the start of `data` whose heads are known (see heads.py), collecting the
+        body of the last one when it is still to come; what is left, from the first unknown head on, is
+        for httptools."""
+        size = len(data)
+        start = 0
+        known = self._known
+        if known is not None:  # the rest of a body
+            need = known.length - self._body_size
+            if size < need:
+                self._body.append(data)
+                self._body_size += size
+                return b""
+            self._known = None
+            body = self._body
+            if body:
+                body.append(data if need == size else data[:need])
+                self._serve_head(known, b"".join(body))
+            else:
+                self._serve_head(known, data if need == size else data[:need])
+            start = need
+        heads = self._server._heads
+        while start < size:
+            end = data.find(HEAD_END, start, start + MAX_HEAD_BYTES)
+            if end < 0:
+                break
+            end += 4
+            key = data[start:end]
+            known = heads.get(key)
+            if known is None:
+                self._candidate = key
+                break
+            tracing = self._tracing
+            self._recv_start = time.perf_counter_ns() if tracing is not None and tracing.active else 0
+            stop = end + known.length
+            if stop > size:  # the body comes in later reads
+                self._known = known
+                self._body = [data[end:]] if end < size else []
+                self._body_size = size - end
+                return b""
+            self._serve_head(known, data[end:stop])
+            start = stop
+        return data[start:] if start else data
+
+    def _serve_head(self, head: Head, body: bytes) -> None:
+        request = HttpRequest(head.method, head.path, head.query, head.headers.copy(), body)
+        if self._recv_start:
+            request.recv_start = self._recv_start
+            request.recv_end = time.perf_counter_ns()
+        self._dispatch(request, True)
 
     def _refuse_too_large(self, size: int) -> None:
         """Triton's texts: a raw binary body (a zero Inference-Header-Content-Length) or a JSON one."""
@@ -409,6 +478,8 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_message_begin(self) -> None:
+        self._between_messages = False
+        self._head_key, self._candidate = self._candidate, None  # only the read's first message starts it
         self._url = []
         self._url_size = 0
         self._headers = {}
@@ -492,6 +563,17 @@ class _Connection(asyncio.Protocol):
         if "transfer-encoding" in self._headers and "content-length" in self._headers:
             keep_alive = False
             self._last = True
+        self._between_messages = keep_alive
+        key = self._head_key
+        if key is not None and plain(
+            key, method, self._parser.get_http_version(), self._headers, self._header_count, keep_alive
+        ):
+            length = int(self._headers.get("content-length", 0))
+            self._server._heads.remember(key, Head(method, path, query, dict(self._headers), length))
+        self._dispatch(request, keep_alive)
+
+    def _dispatch(self, request: HttpRequest, keep_alive: bool) -> None:
+        """Serve a request now, or after those before it."""
         if not self._busy:
             self._serve(request, keep_alive)
         else:
