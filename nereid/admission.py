@@ -95,19 +95,19 @@ class Admission:
                     raise InvalidArgument(
                         f"model '{model.name}' is decoupled: its inputs and outputs cannot be in shared memory"
                     )
-            elif shared_memory is not None:
+            elif shared_memory is not None and request.layout is None:  # a layout has no shared memory
                 for tensor in request.inputs:
                     if tensor.shared_memory is not None:
                         _read_shared_memory_inputs(shared_memory, model, request)
                         break
-            inputs, wanted = checked_request(model, request)
+            inputs, wanted, names = checked_request(model, request)
             self.wanted = wanted
             if request.outputs and shared_memory is not None and request.layout is None:
                 regions = {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
                 if regions:
                     check_outputs_fit(shared_memory, regions)
                     self._regions = regions
-            self.backend = backend = backend_request(request, inputs, wanted)
+            self.backend = backend = backend_request(request, inputs, names)
             backend.stream = stream
             self.queued = time.perf_counter_ns()
             if trace is not None:
