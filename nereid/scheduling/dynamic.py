@@ -233,7 +233,11 @@ class DynamicBatcher:
         ):
             raise QueueFull(f"{request_prefix(request.id)}Exceeds maximum queue size")
         now = self._clock()
-        timeout_us = queue_policy.timeout_us(request.timeout_us)
+        requested_us = request.timeout_us
+        # what `timeout_us` gives a request that asks for none, without the call
+        timeout_us = (
+            queue_policy.timeout_us(requested_us) if requested_us else queue_policy.default_timeout_us
+        )
         # The policy's view of it in one pass over its inputs: the batch size (the first input's first
         # dimension) and the shapes it batches with (without the batch dimension and ragged inputs).
         batch_size = -1
@@ -263,7 +267,9 @@ class DynamicBatcher:
             self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
         if entry.deadline is not None:  # so that it is rejected on time even while no instance is free
             self._arm(entry.deadline)
-        self._decide_soon()
+        if not self._deciding_soon:  # _decide_soon, inline: all but the turn's first request skip it
+            self._deciding_soon = True
+            loop.call_soon(self._decided_soon)
         return entry
 
     def withdraw(self, entry: QueuedRequest) -> None:
@@ -393,16 +399,28 @@ class DynamicBatcher:
     def _answer(self, batch: _Batch) -> None:
         answering = time.perf_counter_ns()
         entries = batch.entries
-        for entry in entries:
-            if entry.timing is not None:
-                entry.timing.queue_ns = max(0, batch.started_ns - entry.queued_ns)
-                entry.timing.infer_ns = batch.infer_ns
-                entry.timing.batched = True
         if self._statistics is not None:
             size = sum(e.batch_size for e in entries)
             self._statistics.record_execution(size, 0, batch.infer_ns, time.perf_counter_ns() - answering)
+        started_ns = batch.started_ns
+        infer_ns = batch.infer_ns
+        # One pass per request: its timing (read when it is answered), then its answer (settle, inline).
         for entry, result in zip(entries, batch.results, strict=True):
-            settle(entry, result)
+            timing = entry.timing
+            if timing is not None:
+                queue_ns = started_ns - entry.queued_ns
+                timing.queue_ns = queue_ns if queue_ns > 0 else 0
+                timing.infer_ns = infer_ns
+                timing.batched = True
+            done = entry.done
+            if done is None:
+                settle(entry, result)  # to its future, if its caller is still there
+                continue
+            entry.done = None
+            try:
+                done(result)
+            except Exception:  # one caller's failure must not keep the others (or the scheduler) waiting
+                log.exception("a request's completion failed")
 
     def _fail_queued(self) -> None:
         queued, self._queue = self._queue, []
