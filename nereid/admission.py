@@ -211,7 +211,19 @@ class Admission:
         """The response tensors of one result, written into the client's shared memory where it asked. A
         model may leave out a requested output (Python models can): Triton omits it too."""
         model = self.model
-        outputs = [_output_tensor(model, o, results[o.name]) for o in self.wanted if o.name in results]
+        specs = model.outputs
+        outputs: list[InferTensor] = []
+        for requested in self.wanted:
+            name = requested.name
+            if name not in results:
+                continue
+            array = results[name]
+            spec = specs[name]
+            # the usual output, as `_output_tensor` would make it without the call
+            if spec.backend_dims is None and not requested.class_count and array.dtype == spec.numpy_dtype:
+                outputs.append(InferTensor(name, spec.datatype, array.shape, array))
+            else:
+                outputs.append(_output_tensor(model, requested, array))
         if self._regions:
             self._write_regions(outputs)
         return outputs

@@ -88,9 +88,11 @@ class QueuedSchedulerInfer:
             except Exception as exc:
                 value = exc
             else:
-                value = infer_response(
-                    self._model, self._request, outputs, getattr(result, "parameters", None)
-                )
+                model = self._model
+                if model.ensemble or getattr(result, "parameters", None):
+                    value = infer_response(model, self._request, outputs, getattr(result, "parameters", None))
+                else:  # the usual response, as `infer_response` would make it without the call
+                    value = InferResponse(model.name, model.version_text, outputs, self._request.id)
         if answer is not None:
             answer(value)
         else:  # `then` comes next (a withdrawn request is never answered)
