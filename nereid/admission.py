@@ -51,13 +51,16 @@ def _log_request(admission: Admission, outcome: str) -> None:
     )
 
 
-class Admission:
+class Admission(RequestTiming):
     """One checked request to one model version, in flight from construction until it is released: by
     `finish` or `failed` (unary requests, after the scheduler's `execute`), or by `release` (streamed ones).
 
     Construction counts the request in flight and checks it (releasing it again when a check fails). A
     streamed request (`stream` given) cannot use shared memory; `shared_memory` is the registry that a
-    unary request's regions are looked up in."""
+    unary request's regions are looked up in.
+
+    An admission is its request's RequestTiming too, the one its scheduler fills in: one object per
+    request rather than two."""
 
     __slots__ = (
         "model",
@@ -66,11 +69,12 @@ class Admission:
         "queued",
         "wanted",
         "backend",
-        "timing",
         "trace",
         "_regions",
         "_shared_memory",
     )
+    __eq__ = object.__eq__  # an admission is itself, whatever its times: not a dataclass's equality
+    __hash__ = object.__hash__
 
     def __init__(
         self,
@@ -82,7 +86,8 @@ class Admission:
         self.start = time.perf_counter_ns()
         self.model = model
         self.request = request
-        self.timing = RequestTiming()
+        self.queue_ns = self.infer_ns = 0  # RequestTiming's, for the scheduler to fill in
+        self.batched = False
         self._shared_memory = shared_memory
         self._regions: dict[str, SharedMemoryRef] | None = None
         self.trace = trace = request.trace
@@ -164,15 +169,14 @@ class Admission:
         """A request the model answered, its outputs shaped from `executed` on; returns when it ended."""
         model = self.model
         start = self.start
-        timing = self.timing
         end = time.perf_counter_ns()
-        if timing.batched:  # the batcher recorded the execution it shared with other requests
-            model.statistics.record_batched_request(end - start, timing, self.queued - start, end - executed)
+        if self.batched:  # the batcher recorded the execution it shared with other requests
+            model.statistics.record_batched_request(end - start, self, self.queued - start, end - executed)
         else:  # an execution of its own
             model.statistics.record_request(
                 inputs_batch_size(model, self.request),
                 end - start,
-                timing,
+                self,
                 self.queued - start,
                 end - executed,
             )
@@ -245,7 +249,7 @@ class Admission:
         self.model.statistics.record_request(
             inputs_batch_size(self.model, self.request),
             time.perf_counter_ns() - self.start,
-            self.timing,
+            self,
             0,
             0,
         )

@@ -132,7 +132,7 @@ class Engine:
                 lookup_ns = time.perf_counter_ns() - lookup_start
                 if hit is not None:
                     return infer_response(model, request, admission.cached(hit, lookup_start, lookup_ns))
-            results = await model.scheduler.execute(admission.backend, admission.timing)
+            results = await model.scheduler.execute(admission.backend, admission)
         except BaseException as exc:
             admission.failed(exc)
             raise

@@ -52,7 +52,7 @@ class QueuedSchedulerInfer:
         self._answer: Answer | None = None
         self._early: InferResponse | BaseException | None = None
         try:
-            self._entry = scheduler.enqueue(admission.backend, admission.timing, self._resolved)
+            self._entry = scheduler.enqueue(admission.backend, admission, self._resolved)
         except BaseException as exc:
             admission.failed(exc)
             raise

@@ -69,7 +69,7 @@ def checked_request(
         names = checked.get(layout)
         if names is not None:
             inputs = {tensor.name: tensor.data for tensor in reversed(request.inputs)}
-            return inputs, (tuple(request.outputs) if request.outputs else model.all_outputs), names
+            return inputs, request.outputs or model.all_outputs, names
     inputs = backend_inputs(model, request)
     wanted = requested_outputs(model, request)
     names = tuple([o.name for o in wanted])
