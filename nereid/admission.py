@@ -112,8 +112,7 @@ class Admission(RequestTiming):
                 if regions:
                     check_outputs_fit(shared_memory, regions)
                     self._regions = regions
-            self.backend = backend = backend_request(request, inputs, names)
-            backend.stream = stream
+            self.backend = backend = backend_request(request, inputs, names, stream)
             self.queued = time.perf_counter_ns()
             if trace is not None:
                 trace.admitted(model.name, model.version, request.id, self.start, self.queued, request.inputs)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nereid.backends.base import BackendRequest
+from nereid.backends.responses import ResponseStream
 from nereid.errors import InvalidArgument, request_prefix
 from nereid.repository.model import ModelVersion
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -178,10 +179,13 @@ def inputs_batch_size(model: ModelVersion, request: InferRequest) -> int:
 
 
 def backend_request(
-    request: InferRequest, inputs: dict[str, np.ndarray], names: tuple[str, ...]
+    request: InferRequest,
+    inputs: dict[str, np.ndarray],
+    names: tuple[str, ...],
+    stream: ResponseStream | None = None,
 ) -> BackendRequest:
-    """The request as backends see it: checked inputs, the names of the outputs to compute, and its
-    controls (decoded by the codecs)."""
+    """The request as backends see it: checked inputs, the names of the outputs to compute, its controls
+    (decoded by the codecs), the stream its responses go to (decoupled models) and its layout."""
     parameters = request.parameters
     if "binary_data_output" in parameters:  # the HTTP frontend's, not the model's
         parameters = {k: v for k, v in parameters.items() if k != "binary_data_output"}
@@ -194,4 +198,7 @@ def backend_request(
         request.flags,
         request.timeout_us,
         request.priority,
+        stream,
+        None,
+        request.layout,
     )

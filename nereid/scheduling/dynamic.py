@@ -34,6 +34,8 @@ from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.statistics import ModelStatistics, RequestTiming
 
 Clock = Callable[[], float]
+# Request layouts whose policy view a batcher keeps at most; past that the table starts again.
+MAX_LAYOUT_VIEWS = 256
 log = logging.getLogger(__name__)
 
 
@@ -189,6 +191,7 @@ class DynamicBatcher:
                 "Delaying batcher thread for %s until %d queued requests...", model_label, self._held_until
             )
         self._deciding_soon = False  # a decision is due at the end of this turn of the event loop
+        self._layout_views: dict[object, tuple[int, Hashable]] = {}  # by BackendRequest.layout
         # Without priority levels every request has the default level and its queue policy.
         self._one_level = (
             None
@@ -238,20 +241,18 @@ class DynamicBatcher:
         timeout_us = (
             queue_policy.timeout_us(requested_us) if requested_us else queue_policy.default_timeout_us
         )
-        # The policy's view of it in one pass over its inputs: the batch size (the first input's first
-        # dimension) and the shapes it batches with (without the batch dimension and ragged inputs).
-        batch_size = -1
-        shapes = []
-        ragged = config.ragged_inputs
-        for name, array in request.inputs.items():
-            shape = array.shape
-            if batch_size < 0:
-                batch_size = shape[0] if shape else 1
-            if name not in ragged:
-                shapes.append((name, shape[1:]))
+        # The policy's view of it, the same for every request of a layout: kept, for the next one.
+        layout = request.layout
+        view = None if layout is None else self._layout_views.get(layout)
+        if view is None:
+            view = self._policy_view(request)
+            if layout is not None:
+                if len(self._layout_views) >= MAX_LAYOUT_VIEWS:
+                    self._layout_views.clear()
+                self._layout_views[layout] = view
         entry = QueuedRequest(
-            batch_size if batch_size >= 0 else 1,
-            tuple(shapes),
+            view[0],
+            view[1],
             now,
             level,
             now + timeout_us / 1e6 if timeout_us else None,
@@ -271,6 +272,20 @@ class DynamicBatcher:
             self._deciding_soon = True
             loop.call_soon(self._decided_soon)
         return entry
+
+    def _policy_view(self, request: BackendRequest) -> tuple[int, Hashable]:
+        """In one pass over its inputs: the batch size (the first input's first dimension) and the shapes
+        it batches with (without the batch dimension and ragged inputs)."""
+        batch_size = -1
+        shapes = []
+        ragged = self._config.ragged_inputs
+        for name, array in request.inputs.items():
+            shape = array.shape
+            if batch_size < 0:
+                batch_size = shape[0] if shape else 1
+            if name not in ragged:
+                shapes.append((name, shape[1:]))
+        return batch_size if batch_size >= 0 else 1, tuple(shapes)
 
     def withdraw(self, entry: QueuedRequest) -> None:
         """Its caller went away: it leaves the queue; once its batch runs, its result is dropped."""
