@@ -15,6 +15,7 @@ import pytest
 
 from nereid.engine import Engine
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
+from nereid.frontends.http.app import MAX_INFER_ROUTES
 from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, HttpResponse, _Connection
 from nereid.server import build_engine
 from nereid.settings import ServerSettings
@@ -250,3 +251,35 @@ def test_a_model_run_on_the_event_loop_is_answered_before_dispatch_returns(
     asyncio.run(scenario())
     inference = core.statistics("echo")["model_stats"][0]["inference_stats"]
     assert inference["success"]["count"] == 3
+
+
+def test_infer_paths_are_matched_once_and_kept_and_an_odd_one_takes_the_awaited_path(
+    engine: tuple[Engine, ServerSettings, Path],
+) -> None:
+    core, settings, gate_release = engine
+    gate_release.touch()
+
+    async def scenario() -> None:
+        frontend = HttpFrontend(core, settings)
+        for path in ("/v2/models/gate/infer", "/v2/models/gate/versions/1/infer") * 2:
+            request = _http_request(_infer(2.0))
+            request.path = path
+            now = await _answered_by_callback(frontend, request)
+            assert now.status == 200 and now.body.endswith(b'"data":[2.0]}]}')
+        assert frontend._infer_routes == {
+            "/v2/models/gate/infer": ("gate", ""),
+            "/v2/models/gate/versions/1/infer": ("gate", "1"),
+        }
+        odd = _http_request(_infer(2.0))
+        odd.path = "/v2/models/gate/x/infer"  # no model route: answered as `handle` answers it
+        now = frontend.dispatch(odd)
+        assert not isinstance(now, DeferredResponse)
+        assert (await now).status == (await frontend.handle(odd)).status == 404  # type: ignore[misc]
+        assert odd.path not in frontend._infer_routes
+        for index in range(MAX_INFER_ROUTES + 5):  # unknown models: refused, their paths kept, bounded
+            missing = _http_request(_infer(2.0))
+            missing.path = f"/v2/models/missing{index}/infer"
+            assert frontend.dispatch(missing).status == 404  # type: ignore[union-attr]
+        assert 0 < len(frontend._infer_routes) <= MAX_INFER_ROUTES
+
+    asyncio.run(scenario())

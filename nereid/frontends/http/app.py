@@ -72,6 +72,8 @@ _TEXT = (b"content-type", b"text/plain")
 _MODEL_ROUTE = re.compile(
     r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats|generate|generate_stream))?"
 )
+# Infer paths whose model name and version `dispatch` keeps at most; past that the table starts again.
+MAX_INFER_ROUTES = 256
 _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(?:(index)|models/([^/]+)/(load|unload))")
 _SHARED_MEMORY_ROUTE = re.compile(
     r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
@@ -111,6 +113,7 @@ class HttpFrontend:
         self._large_bodies = LargeBodyDecoder()
         self._forwarding = header_forwarding(settings.http_header_forward_pattern)
         self._tracer = engine.tracer
+        self._infer_routes: dict[str, tuple[str, str]] = {}  # infer path: model name and version
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose: one line per request, at no cost otherwise
             self.handle = self._handle_and_log  # type: ignore[method-assign]
             self.dispatch = self._handle_and_log  # type: ignore[method-assign]
@@ -138,9 +141,16 @@ class HttpFrontend:
         if request.method == "POST" and not self._restricted:
             path = request.path
             if path.endswith("/infer") and path.startswith("/v2/models/"):
-                match = _MODEL_ROUTE.fullmatch(path)
-                if match is not None and match.group(3) == "infer":
-                    return self._infer_now(match.group(1), match.group(2) or "", request)
+                # a client sends its infer requests to one path again and again: matched once
+                route = self._infer_routes.get(path)
+                if route is None:
+                    match = _MODEL_ROUTE.fullmatch(path)
+                    if match is None or match.group(3) != "infer":
+                        return self.handle(request)
+                    if len(self._infer_routes) >= MAX_INFER_ROUTES:
+                        self._infer_routes.clear()
+                    route = self._infer_routes[path] = (match.group(1), match.group(2) or "")
+                return self._infer_now(route[0], route[1], request)
         return self.handle(request)
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
