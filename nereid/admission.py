@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from nereid.backends.base import Outputs
+from nereid.backends.base import BackendRequest, Outputs
 from nereid.backends.responses import ResponseStream
 from nereid.cache import CacheKey, cache_key
 from nereid.classification import classify
@@ -30,7 +30,7 @@ from nereid.errors import (
     request_prefix,
 )
 from nereid.repository.model import ModelVersion
-from nereid.request_checks import backend_request, checked_request, inputs_batch_size
+from nereid.request_checks import checked_request, inputs_batch_size
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -93,26 +93,38 @@ class Admission(RequestTiming):
         self.trace = trace = request.trace
         model.inflight += 1
         try:
-            if stream is not None:
-                if any(t.shared_memory is not None for t in request.inputs) or any(
-                    o.shared_memory is not None for o in request.outputs or ()
-                ):
-                    raise InvalidArgument(
-                        f"model '{model.name}' is decoupled: its inputs and outputs cannot be in shared memory"
-                    )
-            elif shared_memory is not None and request.layout is None:  # a layout has no shared memory
-                for tensor in request.inputs:
-                    if tensor.shared_memory is not None:
-                        _read_shared_memory_inputs(shared_memory, model, request)
-                        break
-            inputs, wanted, names = checked_request(model, request)
-            self.wanted = wanted
-            if request.outputs and shared_memory is not None and request.layout is None:
-                regions = {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
-                if regions:
-                    check_outputs_fit(shared_memory, regions)
-                    self._regions = regions
-            self.backend = backend = backend_request(request, inputs, names, stream)
+            layout = request.layout
+            names = None if layout is None else model.checked_layouts.get(layout)
+            if names is not None:
+                # A layout that passed the checks before (request_checks.checked_request, whose table this
+                # reads in place): nothing to check again, and never shared memory.
+                inputs = {tensor.name: tensor.data for tensor in reversed(request.inputs)}
+                self.wanted = request.outputs or model.all_outputs
+            else:
+                self._checked(request, shared_memory, stream)
+                inputs, self.wanted, names = checked_request(model, request)
+                if request.outputs and shared_memory is not None and layout is None:
+                    regions = {o.name: o.shared_memory for o in self.wanted if o.shared_memory is not None}
+                    if regions:
+                        check_outputs_fit(shared_memory, regions)
+                        self._regions = regions
+            # the request as backends see it; the HTTP frontend's own parameter is not the model's
+            parameters = request.parameters
+            if "binary_data_output" in parameters:
+                parameters = {k: v for k, v in parameters.items() if k != "binary_data_output"}
+            self.backend = backend = BackendRequest(
+                inputs,
+                names,
+                request.id,
+                parameters,
+                request.sequence_id,
+                request.flags,
+                request.timeout_us,
+                request.priority,
+                stream,
+                None,
+                layout,
+            )
             self.queued = time.perf_counter_ns()
             if trace is not None:
                 trace.admitted(model.name, model.version, request.id, self.start, self.queued, request.inputs)
@@ -122,6 +134,24 @@ class Admission(RequestTiming):
             if log.isEnabledFor(logging.DEBUG):
                 _log_request(self, f"refused: {exc}")
             raise
+
+    def _checked(
+        self, request: InferRequest, shared_memory: SharedMemoryRegistry | None, stream: ResponseStream | None
+    ) -> None:
+        """Where the request's tensors are: a streamed request's never in shared memory; a unary request's
+        inputs read from the shared memory that holds them."""
+        if stream is not None:
+            if any(t.shared_memory is not None for t in request.inputs) or any(
+                o.shared_memory is not None for o in request.outputs or ()
+            ):
+                raise InvalidArgument(
+                    f"model '{self.model.name}' is decoupled: its inputs and outputs cannot be in shared memory"
+                )
+        elif shared_memory is not None and request.layout is None:  # a layout has no shared memory
+            for tensor in request.inputs:
+                if tensor.shared_memory is not None:
+                    _read_shared_memory_inputs(shared_memory, self.model, request)
+                    break
 
     def failed(self, exc: BaseException) -> None:
         """The scheduler raised for a unary request: record why, and release it."""

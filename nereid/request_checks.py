@@ -10,8 +10,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nereid.backends.base import BackendRequest
-from nereid.backends.responses import ResponseStream
 from nereid.errors import InvalidArgument, request_prefix
 from nereid.repository.model import ModelVersion
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -176,29 +174,3 @@ def inputs_batch_size(model: ModelVersion, request: InferRequest) -> int:
     if model.max_batch_size > 0 and request.inputs and request.inputs[0].shape:
         return request.inputs[0].shape[0]
     return 1
-
-
-def backend_request(
-    request: InferRequest,
-    inputs: dict[str, np.ndarray],
-    names: tuple[str, ...],
-    stream: ResponseStream | None = None,
-) -> BackendRequest:
-    """The request as backends see it: checked inputs, the names of the outputs to compute, its controls
-    (decoded by the codecs), the stream its responses go to (decoupled models) and its layout."""
-    parameters = request.parameters
-    if "binary_data_output" in parameters:  # the HTTP frontend's, not the model's
-        parameters = {k: v for k, v in parameters.items() if k != "binary_data_output"}
-    return BackendRequest(
-        inputs,
-        names,
-        request.id,
-        parameters,
-        request.sequence_id,
-        request.flags,
-        request.timeout_us,
-        request.priority,
-        stream,
-        None,
-        request.layout,
-    )
