@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from nereid.backends.base import Outputs
+from nereid.backends.base import BackendRequest, Outputs
 from nereid.backends.responses import ResponseStream
 from nereid.cache import CacheKey, cache_key
 from nereid.classification import classify
@@ -30,12 +30,15 @@ from nereid.errors import (
     request_prefix,
 )
 from nereid.repository.model import ModelVersion
-from nereid.request_checks import backend_request, checked_request, inputs_batch_size
+from nereid.request_checks import checked_request, inputs_batch_size
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor, RequestedOutput
 
 log = logging.getLogger(__name__)
+# Objects made on every request are made with this and their fields set one by one: calling a class whose
+# __init__ is Python code costs about twice as much.
+_new = object.__new__
 
 
 def _log_request(admission: Admission, outcome: str) -> None:
@@ -51,13 +54,16 @@ def _log_request(admission: Admission, outcome: str) -> None:
     )
 
 
-class Admission:
+class Admission(RequestTiming):
     """One checked request to one model version, in flight from construction until it is released: by
     `finish` or `failed` (unary requests, after the scheduler's `execute`), or by `release` (streamed ones).
 
     Construction counts the request in flight and checks it (releasing it again when a check fails). A
     streamed request (`stream` given) cannot use shared memory; `shared_memory` is the registry that a
-    unary request's regions are looked up in."""
+    unary request's regions are looked up in.
+
+    An admission is its request's RequestTiming too, the one its scheduler fills in: one object per
+    request rather than two."""
 
     __slots__ = (
         "model",
@@ -66,11 +72,12 @@ class Admission:
         "queued",
         "wanted",
         "backend",
-        "timing",
         "trace",
         "_regions",
         "_shared_memory",
     )
+    __eq__ = object.__eq__  # an admission is itself, whatever its times: not a dataclass's equality
+    __hash__ = object.__hash__
 
     def __init__(
         self,
@@ -82,33 +89,47 @@ class Admission:
         self.start = time.perf_counter_ns()
         self.model = model
         self.request = request
-        self.timing = RequestTiming()
+        self.queue_ns = self.infer_ns = 0  # RequestTiming's, for the scheduler to fill in
+        self.batched = False
         self._shared_memory = shared_memory
         self._regions: dict[str, SharedMemoryRef] | None = None
         self.trace = trace = request.trace
         model.inflight += 1
         try:
-            if stream is not None:
-                if any(t.shared_memory is not None for t in request.inputs) or any(
-                    o.shared_memory is not None for o in request.outputs or ()
-                ):
-                    raise InvalidArgument(
-                        f"model '{model.name}' is decoupled: its inputs and outputs cannot be in shared memory"
-                    )
-            elif shared_memory is not None:
-                for tensor in request.inputs:
-                    if tensor.shared_memory is not None:
-                        _read_shared_memory_inputs(shared_memory, model, request)
-                        break
-            inputs, wanted = checked_request(model, request)
-            self.wanted = wanted
-            if request.outputs and shared_memory is not None and request.layout is None:
-                regions = {o.name: o.shared_memory for o in wanted if o.shared_memory is not None}
-                if regions:
-                    check_outputs_fit(shared_memory, regions)
-                    self._regions = regions
-            self.backend = backend = backend_request(request, inputs, wanted)
+            layout = request.layout
+            names = None if layout is None else model.checked_layouts.get(layout)
+            if names is not None:
+                # A layout that passed the checks before (request_checks.checked_request, whose table this
+                # reads in place): nothing to check again, and never shared memory.
+                inputs = {}  # by name, last to first as backend_inputs gives them (a loop: no call)
+                for tensor in reversed(request.inputs):
+                    inputs[tensor.name] = tensor.data
+                self.wanted = request.outputs or model.all_outputs
+            else:
+                self._checked(request, shared_memory, stream)
+                inputs, self.wanted, names = checked_request(model, request)
+                if request.outputs and shared_memory is not None and layout is None:
+                    regions = {o.name: o.shared_memory for o in self.wanted if o.shared_memory is not None}
+                    if regions:
+                        check_outputs_fit(shared_memory, regions)
+                        self._regions = regions
+            # the request as backends see it; the HTTP frontend's own parameter is not the model's
+            parameters = request.parameters
+            if "binary_data_output" in parameters:
+                parameters = {k: v for k, v in parameters.items() if k != "binary_data_output"}
+            # BackendRequest(...) with every field, without the calls of a dataclass's __init__
+            self.backend = backend = _new(BackendRequest)
+            backend.inputs = inputs
+            backend.outputs = names
+            backend.id = request.id
+            backend.parameters = parameters
+            backend.correlation_id = request.sequence_id
+            backend.flags = request.flags
+            backend.timeout_us = request.timeout_us
+            backend.priority = request.priority
             backend.stream = stream
+            backend.trace = None
+            backend.layout = layout
             self.queued = time.perf_counter_ns()
             if trace is not None:
                 trace.admitted(model.name, model.version, request.id, self.start, self.queued, request.inputs)
@@ -118,6 +139,24 @@ class Admission:
             if log.isEnabledFor(logging.DEBUG):
                 _log_request(self, f"refused: {exc}")
             raise
+
+    def _checked(
+        self, request: InferRequest, shared_memory: SharedMemoryRegistry | None, stream: ResponseStream | None
+    ) -> None:
+        """Where the request's tensors are: a streamed request's never in shared memory; a unary request's
+        inputs read from the shared memory that holds them."""
+        if stream is not None:
+            if any(t.shared_memory is not None for t in request.inputs) or any(
+                o.shared_memory is not None for o in request.outputs or ()
+            ):
+                raise InvalidArgument(
+                    f"model '{self.model.name}' is decoupled: its inputs and outputs cannot be in shared memory"
+                )
+        elif shared_memory is not None and request.layout is None:  # a layout has no shared memory
+            for tensor in request.inputs:
+                if tensor.shared_memory is not None:
+                    _read_shared_memory_inputs(shared_memory, self.model, request)
+                    break
 
     def failed(self, exc: BaseException) -> None:
         """The scheduler raised for a unary request: record why, and release it."""
@@ -164,15 +203,14 @@ class Admission:
         """A request the model answered, its outputs shaped from `executed` on; returns when it ended."""
         model = self.model
         start = self.start
-        timing = self.timing
         end = time.perf_counter_ns()
-        if timing.batched:  # the batcher recorded the execution it shared with other requests
-            model.statistics.record_batched_request(end - start, timing, self.queued - start, end - executed)
+        if self.batched:  # the batcher recorded the execution it shared with other requests
+            model.statistics.record_batched_request(end - start, self, self.queued - start, end - executed)
         else:  # an execution of its own
             model.statistics.record_request(
                 inputs_batch_size(model, self.request),
                 end - start,
-                timing,
+                self,
                 self.queued - start,
                 end - executed,
             )
@@ -211,7 +249,27 @@ class Admission:
         """The response tensors of one result, written into the client's shared memory where it asked. A
         model may leave out a requested output (Python models can): Triton omits it too."""
         model = self.model
-        outputs = [_output_tensor(model, o, results[o.name]) for o in self.wanted if o.name in results]
+        specs = model.outputs
+        outputs: list[InferTensor] = []
+        for requested in self.wanted:
+            name = requested.name
+            if name not in results:
+                continue
+            array = results[name]
+            spec = specs[name]
+            # the usual output, as `_output_tensor` would make it, without the calls (nor those of a
+            # dataclass's __init__)
+            if spec.backend_dims is None and not requested.class_count and array.dtype == spec.numpy_dtype:
+                tensor = _new(InferTensor)
+                tensor.name = name
+                tensor.datatype = spec.datatype
+                tensor.shape = array.shape
+                tensor.data = array
+                tensor.parameters = {}
+                tensor.shared_memory = None
+                outputs.append(tensor)
+            else:
+                outputs.append(_output_tensor(model, requested, array))
         if self._regions:
             self._write_regions(outputs)
         return outputs
@@ -233,7 +291,7 @@ class Admission:
         self.model.statistics.record_request(
             inputs_batch_size(self.model, self.request),
             time.perf_counter_ns() - self.start,
-            self.timing,
+            self,
             0,
             0,
         )

@@ -132,7 +132,7 @@ class Engine:
                 lookup_ns = time.perf_counter_ns() - lookup_start
                 if hit is not None:
                     return infer_response(model, request, admission.cached(hit, lookup_start, lookup_ns))
-            results = await model.scheduler.execute(admission.backend, admission.timing)
+            results = await model.scheduler.execute(admission.backend, admission)
         except BaseException as exc:
             admission.failed(exc)
             raise
@@ -153,8 +153,7 @@ class Engine:
             or (request.layout is None and request.shared_memory_regions())  # a layout has none
         ):
             return None
-        admission = Admission(model, request, self.shared_memory)  # counted in flight, checked
-        return QueuedSchedulerInfer(model, request, admission, scheduler)
+        return QueuedSchedulerInfer(model, request, self.shared_memory, scheduler)  # admitted, queued
 
     async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
         """Any number of responses (decoupled models, see nereid.streaming); one, final, for the others."""

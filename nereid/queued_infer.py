@@ -18,10 +18,12 @@ from typing import Any, Protocol
 from nereid.admission import Admission
 from nereid.backends.base import BackendRequest, BackendResult
 from nereid.repository.model import ModelVersion
+from nereid.shared_memory import SharedMemoryRegistry
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor
 
 Answer = Callable[[InferResponse | BaseException], None]
+_new = object.__new__  # see nereid.admission
 Done = Callable[[BackendResult], None]
 
 
@@ -37,25 +39,33 @@ class CallbackScheduler(Protocol):
     def withdraw(self, entry: Any) -> None: ...
 
 
-class QueuedSchedulerInfer:
-    """The QueuedInfer of a request handed to a scheduler with a callback."""
+class QueuedSchedulerInfer(Admission):
+    """The QueuedInfer of a request handed to a scheduler with a callback: the request's admission itself
+    (one object per request rather than two), queued at once."""
 
-    __slots__ = ("_model", "_request", "_admission", "_scheduler", "_entry", "_answer", "_early")
+    __slots__ = ("_scheduler", "_entry", "_answer", "_early")
 
     def __init__(
-        self, model: ModelVersion, request: InferRequest, admission: Admission, scheduler: CallbackScheduler
+        self,
+        model: ModelVersion,
+        request: InferRequest,
+        shared_memory: SharedMemoryRegistry | None,
+        scheduler: CallbackScheduler,
     ) -> None:
-        self._model = model
-        self._request = request
-        self._admission = admission
+        Admission.__init__(self, model, request, shared_memory)  # counted in flight, checked
         self._scheduler = scheduler
         self._answer: Answer | None = None
         self._early: InferResponse | BaseException | None = None
+        # The entry refers back to this object (as its timing): kept only while the request is unanswered,
+        # so that no cycle is left for the garbage collector.
+        self._entry: _Entry | None = None
         try:
-            self._entry = scheduler.enqueue(admission.backend, admission.timing, self._resolved)
+            entry = scheduler.enqueue(self.backend, self, self._resolved)
         except BaseException as exc:
-            admission.failed(exc)
+            self.failed(exc)
             raise
+        if entry.done is not None:  # not answered inside enqueue (as a model run on the event loop is)
+            self._entry = entry
 
     def then(self, callback: Answer) -> None:
         early = self._early
@@ -67,30 +77,36 @@ class QueuedSchedulerInfer:
 
     def cancel(self) -> None:
         entry = self._entry
-        if entry.done is None:  # answered already
+        if entry is None or entry.done is None:  # answered already
             self._early = None
             return
         self._scheduler.withdraw(entry)
-        self._answer = None
-        self._admission.failed(asyncio.CancelledError())
+        self._answer = self._entry = None
+        self.failed(asyncio.CancelledError())
 
     def _resolved(self, result: BackendResult) -> None:
         answer = self._answer
-        self._answer = None  # which refers back to this object: no cycle left for the garbage collector
-        admission = self._admission
+        self._answer = self._entry = None  # which refer back to this object: no cycle left for the collector
         value: InferResponse | BaseException
         if isinstance(result, BaseException):
-            admission.failed(result)
+            self.failed(result)
             value = result
         else:
             try:
-                outputs = admission.finish(result)  # which records a failure itself
+                outputs = self.finish(result)  # which records a failure itself
             except Exception as exc:
                 value = exc
             else:
-                value = infer_response(
-                    self._model, self._request, outputs, getattr(result, "parameters", None)
-                )
+                model = self.model
+                if model.ensemble or getattr(result, "parameters", None):
+                    value = infer_response(model, self.request, outputs, getattr(result, "parameters", None))
+                else:  # the usual response, as `infer_response` would make it, without the calls
+                    value = response = _new(InferResponse)
+                    response.model_name = model.name
+                    response.model_version = model.version_text
+                    response.outputs = outputs
+                    response.id = self.request.id
+                    response.parameters = {}
         if answer is not None:
             answer(value)
         else:  # `then` comes next (a withdrawn request is never answered)

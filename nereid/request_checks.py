@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nereid.backends.base import BackendRequest
 from nereid.errors import InvalidArgument, request_prefix
 from nereid.repository.model import ModelVersion
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -58,22 +57,26 @@ MAX_CHECKED_LAYOUTS = 256
 
 def checked_request(
     model: ModelVersion, request: InferRequest
-) -> tuple[dict[str, np.ndarray], Sequence[RequestedOutput]]:
-    """`backend_inputs` and `requested_outputs`. A request whose layout passed them before skips the
-    checks, which read nothing a layout leaves open (input names, datatypes and shapes, outputs asked
-    for), so it would pass them again; layouts whose inputs the backend sees reshaped are not kept."""
+) -> tuple[dict[str, np.ndarray], Sequence[RequestedOutput], tuple[str, ...]]:
+    """`backend_inputs`, `requested_outputs` and their names. A request whose layout passed them before
+    skips the checks, which read nothing a layout leaves open (input names, datatypes and shapes, outputs
+    asked for), so it would pass them again; the layout keeps the output names it asks for. Layouts whose
+    inputs the backend sees reshaped are not kept."""
     layout = request.layout
     checked = model.checked_layouts
-    if layout is not None and layout in checked:
-        inputs = {tensor.name: tensor.data for tensor in reversed(request.inputs)}
-        return inputs, (tuple(request.outputs) if request.outputs else model.all_outputs)
+    if layout is not None:
+        names = checked.get(layout)
+        if names is not None:
+            inputs = {tensor.name: tensor.data for tensor in reversed(request.inputs)}
+            return inputs, request.outputs or model.all_outputs, names
     inputs = backend_inputs(model, request)
     wanted = requested_outputs(model, request)
+    names = tuple([o.name for o in wanted])
     if layout is not None and all(model.inputs[name].backend_dims is None for name in inputs):
         if len(checked) >= MAX_CHECKED_LAYOUTS:
             checked.clear()
-        checked.add(layout)
-    return inputs, wanted
+        checked[layout] = names
+    return inputs, wanted, names
 
 
 def backend_inputs(model: ModelVersion, request: InferRequest) -> dict[str, np.ndarray]:
@@ -171,22 +174,3 @@ def inputs_batch_size(model: ModelVersion, request: InferRequest) -> int:
     if model.max_batch_size > 0 and request.inputs and request.inputs[0].shape:
         return request.inputs[0].shape[0]
     return 1
-
-
-def backend_request(
-    request: InferRequest, inputs: dict[str, np.ndarray], wanted: Sequence[RequestedOutput]
-) -> BackendRequest:
-    """The request as backends see it: checked inputs, output names, and its controls (decoded by the codecs)."""
-    parameters = request.parameters
-    if "binary_data_output" in parameters:  # the HTTP frontend's, not the model's
-        parameters = {k: v for k, v in parameters.items() if k != "binary_data_output"}
-    return BackendRequest(
-        inputs,
-        tuple(o.name for o in wanted),
-        request.id,
-        parameters,
-        request.sequence_id,
-        request.flags,
-        request.timeout_us,
-        request.priority,
-    )

@@ -29,7 +29,7 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
     stream = ResponseStream(model.statistics.record_response)
     admission = Admission(model, request, stream=stream)
     try:
-        execution = asyncio.ensure_future(model.scheduler.execute(admission.backend, admission.timing))
+        execution = asyncio.ensure_future(model.scheduler.execute(admission.backend, admission))
         execution.add_done_callback(lambda done: _executed(done, stream))
         first = True
         error: NereidError | None = None  # an error that came with the final flag

@@ -227,9 +227,10 @@ def test_a_layout_is_checked_once_per_model_version(engine: Engine) -> None:
     request.outputs = [RequestedOutput("OUTPUT1")]
     checked = checked_request(simple, request)
     assert layout in simple.checked_layouts
-    again = checked_request(simple, request)  # from the set: the same inputs, in the same order
+    again = checked_request(simple, request)  # from the table: the same inputs, in the same order
     assert list(again[0]) == list(checked[0]) == ["INPUT1", "INPUT0"]
     assert [o.name for o in again[1]] == [o.name for o in checked[1]] == ["OUTPUT1"]
+    assert again[2] == checked[2] == simple.checked_layouts[layout] == ("OUTPUT1",)
     # another model version checks the layout itself, and refuses it
     repeat = engine.models.get("repeat")
     with pytest.raises(InvalidArgument, match="unexpected inference input"):
@@ -256,10 +257,10 @@ def test_a_layout_whose_inputs_the_backend_sees_reshaped_is_not_kept(engine: Eng
     simple = engine.models.get("simple")
     reshaped = copy.copy(simple)
     reshaped.inputs = {name: replace(spec, backend_dims=(4, 4)) for name, spec in simple.inputs.items()}
-    reshaped.checked_layouts = set()
+    reshaped.checked_layouts = {}
     request = _simple()
     request.layout = object()
     for _ in range(2):  # checked, and reshaped, each time
-        inputs, _ = checked_request(reshaped, request)
+        inputs, _, _ = checked_request(reshaped, request)
         assert inputs["INPUT0"].shape == (1, 4, 4)
     assert not reshaped.checked_layouts

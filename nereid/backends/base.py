@@ -73,6 +73,8 @@ class BackendRequest:
     priority: int = 0  # 0: the model's default level
     stream: ResponseStream | None = None  # a decoupled model's responses go there, not to the result
     trace: RequestTrace | None = None  # the instance pool records its executions there
+    # InferRequest.layout: every request of one layout has the same input names and shapes
+    layout: object | None = None
 
 
 def batch_elements(request: BackendRequest) -> int:

@@ -52,8 +52,9 @@ class ModelVersion:
     decoupled: bool = field(init=False)  # responses come through streams (model_transaction_policy)
     version_text: str = field(init=False)
     all_outputs: tuple[RequestedOutput, ...] = field(init=False)  # what a request naming no outputs gets
-    # Request layouts that passed this version's checks (request_checks.checked_request)
-    checked_layouts: set[object] = field(init=False, default_factory=set)
+    # Request layouts that passed this version's checks, with the output names each asks for
+    # (request_checks.checked_request)
+    checked_layouts: dict[object, tuple[str, ...]] = field(init=False, default_factory=dict)
 
     # Requests between lookup and response. Touched on the event loop only; a retired version (replaced
     # or unloaded) is stopped once it reaches zero, so no request in flight is dropped.

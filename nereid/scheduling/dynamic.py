@@ -34,6 +34,9 @@ from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.statistics import ModelStatistics, RequestTiming
 
 Clock = Callable[[], float]
+_new = object.__new__  # see nereid.admission
+# Request layouts whose policy view a batcher keeps at most; past that the table starts again.
+MAX_LAYOUT_VIEWS = 256
 log = logging.getLogger(__name__)
 
 
@@ -189,6 +192,7 @@ class DynamicBatcher:
                 "Delaying batcher thread for %s until %d queued requests...", model_label, self._held_until
             )
         self._deciding_soon = False  # a decision is due at the end of this turn of the event loop
+        self._layout_views: dict[object, tuple[int, Hashable]] = {}  # by BackendRequest.layout
         # Without priority levels every request has the default level and its queue policy.
         self._one_level = (
             None
@@ -233,38 +237,55 @@ class DynamicBatcher:
         ):
             raise QueueFull(f"{request_prefix(request.id)}Exceeds maximum queue size")
         now = self._clock()
-        timeout_us = queue_policy.timeout_us(request.timeout_us)
-        # The policy's view of it in one pass over its inputs: the batch size (the first input's first
-        # dimension) and the shapes it batches with (without the batch dimension and ragged inputs).
+        requested_us = request.timeout_us
+        # what `timeout_us` gives a request that asks for none, without the call
+        timeout_us = (
+            queue_policy.timeout_us(requested_us) if requested_us else queue_policy.default_timeout_us
+        )
+        # The policy's view of it, the same for every request of a layout: kept, for the next one.
+        layout = request.layout
+        view = None if layout is None else self._layout_views.get(layout)
+        if view is None:
+            view = self._policy_view(request)
+            if layout is not None:
+                if len(self._layout_views) >= MAX_LAYOUT_VIEWS:
+                    self._layout_views.clear()
+                self._layout_views[layout] = view
+        # QueuedRequest(...) with every field, without the calls of a Python __init__
+        entry = _new(QueuedRequest)
+        entry.batch_size, entry.shape = view
+        entry.arrival = now
+        entry.priority = level
+        entry.deadline = now + timeout_us / 1e6 if timeout_us else None
+        entry.delay_on_timeout = queue_policy.delay_on_timeout
+        entry.request = request
+        entry.future = loop.create_future() if done is None else None
+        entry.timing = timing
+        entry.queued_ns = time.perf_counter_ns()
+        entry.done = done
+        self._queue.append(entry)
+        if self._bounded:
+            self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
+        if entry.deadline is not None:  # so that it is rejected on time even while no instance is free
+            self._arm(entry.deadline)
+        if not self._deciding_soon:  # _decide_soon, inline: all but the turn's first request skip it
+            self._deciding_soon = True
+            loop.call_soon(self._decided_soon)
+        return entry
+
+    def _policy_view(self, request: BackendRequest) -> tuple[int, Hashable]:
+        """In one pass over its inputs: the batch size (the first input's first dimension) and the shapes
+        it batches with (without the batch dimension and ragged inputs)."""
         batch_size = -1
         shapes = []
-        ragged = config.ragged_inputs
+        ragged = self._config.ragged_inputs
         for name, array in request.inputs.items():
             shape = array.shape
             if batch_size < 0:
                 batch_size = shape[0] if shape else 1
             if name not in ragged:
                 shapes.append((name, shape[1:]))
-        entry = QueuedRequest(
-            batch_size if batch_size >= 0 else 1,
-            tuple(shapes),
-            now,
-            level,
-            now + timeout_us / 1e6 if timeout_us else None,
-            queue_policy.delay_on_timeout,
-            request,
-            loop.create_future() if done is None else None,
-            timing,
-            time.perf_counter_ns(),
-            done,
-        )
-        self._queue.append(entry)
-        if self._bounded:
-            self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
-        if entry.deadline is not None:  # so that it is rejected on time even while no instance is free
-            self._arm(entry.deadline)
-        self._decide_soon()
-        return entry
+        return batch_size if batch_size >= 0 else 1, tuple(shapes)
 
     def withdraw(self, entry: QueuedRequest) -> None:
         """Its caller went away: it leaves the queue; once its batch runs, its result is dropped."""
@@ -393,16 +414,28 @@ class DynamicBatcher:
     def _answer(self, batch: _Batch) -> None:
         answering = time.perf_counter_ns()
         entries = batch.entries
-        for entry in entries:
-            if entry.timing is not None:
-                entry.timing.queue_ns = max(0, batch.started_ns - entry.queued_ns)
-                entry.timing.infer_ns = batch.infer_ns
-                entry.timing.batched = True
         if self._statistics is not None:
             size = sum(e.batch_size for e in entries)
             self._statistics.record_execution(size, 0, batch.infer_ns, time.perf_counter_ns() - answering)
+        started_ns = batch.started_ns
+        infer_ns = batch.infer_ns
+        # One pass per request: its timing (read when it is answered), then its answer (settle, inline).
         for entry, result in zip(entries, batch.results, strict=True):
-            settle(entry, result)
+            timing = entry.timing
+            if timing is not None:
+                queue_ns = started_ns - entry.queued_ns
+                timing.queue_ns = queue_ns if queue_ns > 0 else 0
+                timing.infer_ns = infer_ns
+                timing.batched = True
+            done = entry.done
+            if done is None:
+                settle(entry, result)  # to its future, if its caller is still there
+                continue
+            entry.done = None
+            try:
+                done(result)
+            except Exception:  # one caller's failure must not keep the others (or the scheduler) waiting
+                log.exception("a request's completion failed")
 
     def _fail_queued(self) -> None:
         queued, self._queue = self._queue, []

@@ -87,7 +87,7 @@ class InstancePool:
         self._inline_limit_s = inline_limit_s
         self._average_s: float | None = None  # smoothed execution time of blocking instances
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop of the latest submission
-        self._closed = False
+        self.closed = False  # once stopping: new executions are refused (read on every request)
         self._jobs: list[queue.SimpleQueue[_Execution | None] | None] = []
         self._threads: list[threading.Thread] = []
         for index, instance in enumerate(self._instances):
@@ -190,7 +190,7 @@ class InstancePool:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._attach(loop)
-        if self._closed:
+        if self.closed:
             error = Unavailable(f"model {self.label} is unloading")
             done([error] * len(requests), 0, 0)
             return
@@ -343,7 +343,7 @@ class InstancePool:
         """Refuse new executions, have the scheduler fail what it still queues (`fail_queued`, run on the
         event loop), let running executions finish, then close the instances. Called from a thread other
         than the event loop's, or from the loop once it has stopped."""
-        self._closed = True
+        self.closed = True
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop is closing
@@ -357,10 +357,6 @@ class InstancePool:
             instance.close()
         if self._limiter is not None:
             self._limiter.unregister(self._claims)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
 
 class Answerable(Protocol):

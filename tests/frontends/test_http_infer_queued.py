@@ -5,6 +5,7 @@ queued."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import shutil
 import struct
 from collections.abc import Iterator
@@ -15,7 +16,9 @@ import pytest
 
 from nereid.engine import Engine
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
+from nereid.frontends.http.app import MAX_INFER_ROUTES
 from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, HttpResponse, _Connection
+from nereid.queued_infer import QueuedSchedulerInfer
 from nereid.server import build_engine
 from nereid.settings import ServerSettings
 
@@ -250,3 +253,69 @@ def test_a_model_run_on_the_event_loop_is_answered_before_dispatch_returns(
     asyncio.run(scenario())
     inference = core.statistics("echo")["model_stats"][0]["inference_stats"]
     assert inference["success"]["count"] == 3
+
+
+def test_infer_paths_are_matched_once_and_kept_and_an_odd_one_takes_the_awaited_path(
+    engine: tuple[Engine, ServerSettings, Path],
+) -> None:
+    core, settings, gate_release = engine
+    gate_release.touch()
+
+    async def scenario() -> None:
+        frontend = HttpFrontend(core, settings)
+        for path in ("/v2/models/gate/infer", "/v2/models/gate/versions/1/infer") * 2:
+            request = _http_request(_infer(2.0))
+            request.path = path
+            now = await _answered_by_callback(frontend, request)
+            assert now.status == 200 and now.body.endswith(b'"data":[2.0]}]}')
+        assert frontend._infer_routes == {
+            "/v2/models/gate/infer": ("gate", ""),
+            "/v2/models/gate/versions/1/infer": ("gate", "1"),
+        }
+        odd = _http_request(_infer(2.0))
+        odd.path = "/v2/models/gate/x/infer"  # no model route: answered as `handle` answers it
+        now = frontend.dispatch(odd)
+        assert not isinstance(now, DeferredResponse)
+        assert (await now).status == (await frontend.handle(odd)).status == 404  # type: ignore[misc]
+        assert odd.path not in frontend._infer_routes
+        for index in range(MAX_INFER_ROUTES + 5):  # unknown models: refused, their paths kept, bounded
+            missing = _http_request(_infer(2.0))
+            missing.path = f"/v2/models/missing{index}/infer"
+            assert frontend.dispatch(missing).status == 404  # type: ignore[union-attr]
+        assert 0 < len(frontend._infer_routes) <= MAX_INFER_ROUTES
+
+    asyncio.run(scenario())
+
+
+def test_an_answered_request_leaves_no_reference_cycle_behind(
+    engine: tuple[Engine, ServerSettings, Path],
+) -> None:
+    # A queued request is its own admission, which its scheduler's entry holds as its timing: once it is
+    # answered nothing of it may wait for the garbage collector (a cycle per request costs more CPU than
+    # the rest of its way through the engine).
+    core, settings, gate_release = engine
+    gate_release.touch()
+    _release(gate_release).touch()
+    core.models.get("echo").scheduler.pool._inline_limit_s = 10.0
+
+    async def scenario() -> list[object]:
+        frontend = HttpFrontend(core, settings)
+        await _answered_by_callback(frontend, _http_request(_infer(1.0, name="INPUT0", model="echo")))
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable is kept in gc.garbage
+        try:
+            for raw in (
+                _infer(1.0),
+                _infer(1.0, model="gate_default"),
+                _infer(1.0, name="INPUT0", model="echo"),
+            ):
+                assert (await _answered_by_callback(frontend, _http_request(raw))).status == 200
+            gc.collect()
+            return [o for o in gc.garbage if isinstance(o, QueuedSchedulerInfer)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+
+    assert asyncio.run(scenario()) == []

@@ -15,7 +15,7 @@ from nereid.backends.base import BackendRequest, BackendResult, ExecutionDone, O
 from nereid.backends.batching import execute_batched
 from nereid.errors import InternalError, InvalidArgument, QueueFull, QueueTimeout
 from nereid.scheduling.batch_policy import BatchPolicy
-from nereid.scheduling.dynamic import BatcherConfig, DynamicBatcher, QueuePolicy
+from nereid.scheduling.dynamic import MAX_LAYOUT_VIEWS, BatcherConfig, DynamicBatcher, QueuePolicy
 from nereid.statistics import ModelStatistics, RequestTiming
 
 WAIT_S = 10.0  # generous: only a broken batcher waits this long
@@ -78,7 +78,7 @@ class GatedInstance:
         pass
 
 
-def _request(value: float, rows: int = 1, **kwargs: int) -> BackendRequest:
+def _request(value: float, rows: int = 1, **kwargs: Any) -> BackendRequest:
     return BackendRequest({"X": np.full((rows, 2), value, np.float32)}, ("Y",), **kwargs)
 
 
@@ -196,6 +196,40 @@ async def test_a_batch_never_passes_the_maximum_and_shapes_do_not_mix() -> None:
     assert instance.batch(3) == [9]
     instance.finish(3)
     await asyncio.gather(*tasks)
+
+
+@_sync
+async def test_requests_of_one_layout_share_the_view_of_the_first_and_the_table_is_bounded() -> None:
+    # A frontend's layout fixes input names and shapes, so the batcher reads the policy's view (batch
+    # size and shapes) off the first request of a layout and keeps it for the next ones.
+    instance = GatedInstance()
+    batcher = _batcher(_config(max_batch_size=8), instance)
+    tasks = [_send(batcher, _request(0))]
+    await instance.wait_for(1)
+    layout, other = object(), object()
+    tasks.append(_send(batcher, _request(1, rows=3, layout=layout)))
+    # the same layout: counted by the view kept for it, 3 rows (a frontend never gives a layout's
+    # request other shapes; this one does, to show that they are not read again)
+    tasks.append(_send(batcher, _request(2, rows=1, layout=layout)))
+    wide = BackendRequest({"X": np.full((1, 5), 9.0, np.float32)}, ("Y",), layout=other)
+    tasks.append(_send(batcher, wide))
+    await _settle()
+    instance.finish(0)
+    await instance.wait_for(2)
+    assert instance.batch(1) == [1, 2]  # the other layout's shape differs
+    instance.finish(1)
+    await instance.wait_for(3)
+    assert instance.batch(2) == [9]
+    instance.finish(2)
+    await asyncio.gather(*tasks)
+    statistics = batcher._statistics
+    assert statistics is not None and statistics.batch_executions() == {1: 2, 6: 1}
+    for _ in range(MAX_LAYOUT_VIEWS + 5):
+        tasks = [_send(batcher, _request(3, layout=object()))]
+        await instance.wait_for(len(instance.submissions) + 1)
+        instance.finish(len(instance.submissions) - 1)
+        await asyncio.gather(*tasks)
+    assert 0 < len(batcher._layout_views) <= MAX_LAYOUT_VIEWS
 
 
 @_sync

@@ -167,9 +167,12 @@ class InProcessHost:
         stream = self.streams.get(stream_id)
         if stream is None:
             raise pb_utils.TritonModelException("Unable to send response: the request is no longer open.")
-        result = None if response is None else _result(response, wanted)
-        if isinstance(result, str):
-            raise pb_utils.TritonModelException(result)
+        result = None
+        if response is not None:
+            problem = _tensors_problem(response)
+            if problem:
+                raise pb_utils.TritonModelException(problem)
+            result = _result(response, wanted)
         if final:
             self.streams.pop(stream_id, None)
         try:
@@ -274,11 +277,9 @@ class ThreadInstance:
         problem = check_responses(responses, len(requests))
         if problem:
             raise self._failed(problem)
-        results: list[BackendResult] = []
-        for request, response in zip(requests, responses, strict=True):
-            result = _result(response, request.outputs)
-            results.append(InternalError(result) if isinstance(result, str) else result)
-        return results
+        return [
+            _result(response, request.outputs) for request, response in zip(requests, responses, strict=True)
+        ]
 
     async def model_ready(self) -> bool:
         """The model's `is_ready`, run on a thread of its own once the running execution is done."""
@@ -374,18 +375,24 @@ def _datatype(array: Any) -> str:
     return _DATATYPES.get(array.dtype) or wire.datatype_of(array.dtype) or "BYTES"
 
 
-def _result(
-    response: pb_utils.InferenceResponse, wanted: Sequence[str] | frozenset[str]
-) -> BackendResult | str:
-    """A model's response as the engine takes it: the output arrays themselves, or the response's
-    error; a string says what is wrong with the response."""
+def _tensors_problem(response: pb_utils.InferenceResponse) -> str:
+    """What is wrong with a response's tensors (`check_responses` asks it of execute's), or ""; a
+    response with an error sends no tensors."""
+    if response._error is None:
+        for tensor in response._tensors:
+            if not isinstance(tensor, pb_utils.Tensor):
+                return f"output_tensors must hold pb_utils.Tensor objects, found {type(tensor)!r}"
+    return ""
+
+
+def _result(response: pb_utils.InferenceResponse, wanted: Sequence[str] | frozenset[str]) -> BackendResult:
+    """A model's response as the engine takes it, its tensors checked: the output arrays themselves, or
+    the response's error."""
     error = response._error
     if error is not None:
         return response_error(status_name(error.code()), str(error.message()))
     outputs: Outputs = {}
     for tensor in response._tensors:
-        if not isinstance(tensor, pb_utils.Tensor):
-            return f"output_tensors must hold pb_utils.Tensor objects, found {type(tensor)!r}"
         if tensor._name in wanted or not wanted:
             array = tensor._array
             if tensor._datatype == "BYTES" and not _of_bytes(array):

@@ -72,6 +72,9 @@ _TEXT = (b"content-type", b"text/plain")
 _MODEL_ROUTE = re.compile(
     r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats|generate|generate_stream))?"
 )
+_new = object.__new__  # for the object made per infer request, whose fields its maker sets
+# Infer paths whose model name and version `dispatch` keeps at most; past that the table starts again.
+MAX_INFER_ROUTES = 256
 _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(?:(index)|models/([^/]+)/(load|unload))")
 _SHARED_MEMORY_ROUTE = re.compile(
     r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
@@ -111,6 +114,7 @@ class HttpFrontend:
         self._large_bodies = LargeBodyDecoder()
         self._forwarding = header_forwarding(settings.http_header_forward_pattern)
         self._tracer = engine.tracer
+        self._infer_routes: dict[str, tuple[str, str]] = {}  # infer path: model name and version
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose: one line per request, at no cost otherwise
             self.handle = self._handle_and_log  # type: ignore[method-assign]
             self.dispatch = self._handle_and_log  # type: ignore[method-assign]
@@ -138,9 +142,16 @@ class HttpFrontend:
         if request.method == "POST" and not self._restricted:
             path = request.path
             if path.endswith("/infer") and path.startswith("/v2/models/"):
-                match = _MODEL_ROUTE.fullmatch(path)
-                if match is not None and match.group(3) == "infer":
-                    return self._infer_now(match.group(1), match.group(2) or "", request)
+                # a client sends its infer requests to one path again and again: matched once
+                route = self._infer_routes.get(path)
+                if route is None:
+                    match = _MODEL_ROUTE.fullmatch(path)
+                    if match is None or match.group(3) != "infer":
+                        return self.handle(request)
+                    if len(self._infer_routes) >= MAX_INFER_ROUTES:
+                        self._infer_routes.clear()
+                    route = self._infer_routes[path] = (match.group(1), match.group(2) or "")
+                return self._infer_now(route[0], route[1], request)
         return self.handle(request)
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
@@ -371,7 +382,13 @@ class HttpFrontend:
             return _error_reply(exc, request)
         if queued is None:
             return self._run_decoded(infer_request, request)
-        return _InferReply(queued, infer_request, request)
+        # one per request: made without the calls of a Python __init__
+        reply = _new(_InferReply)
+        reply._queued = queued
+        reply._infer_request = infer_request
+        reply._request = request
+        reply._callback = None
+        return reply
 
     async def _run_decoded(self, infer_request: InferRequest, request: HttpRequest) -> HttpResponse:
         try:
@@ -381,15 +398,14 @@ class HttpFrontend:
 
 
 class _InferReply(DeferredResponse):
-    """An infer request queued by the engine, its response encoded when the batcher answers it."""
+    """An infer request queued by the engine, its response encoded when the batcher answers it. Made by
+    `_infer_now`, which sets its fields itself (no __init__ to call)."""
 
     __slots__ = ("_queued", "_infer_request", "_request", "_callback")
-
-    def __init__(self, queued: QueuedInfer, infer_request: InferRequest, request: HttpRequest) -> None:
-        self._queued = queued
-        self._infer_request = infer_request
-        self._request = request
-        self._callback: Callable[[HttpResponse], None] | None = None
+    _queued: QueuedInfer
+    _infer_request: InferRequest
+    _request: HttpRequest
+    _callback: Callable[[HttpResponse], None] | None
 
     def then(self, callback: Callable[[HttpResponse], None]) -> None:
         self._callback = callback

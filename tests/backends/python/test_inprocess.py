@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from nereid.backends.python.worker import pb_utils
-from nereid.errors import ModelConfigError
+from nereid.errors import InternalError, ModelConfigError
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
 from tests.backends.python.conftest import EXAMPLES, MODELS, infer, request, worker_pids
@@ -51,6 +51,26 @@ input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
 
+# Answers requests whose input starts with 1 with an error, with 2 with a non-Tensor among the output
+# tensors, the others with their input.
+CHECKED_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            if x[0] == 1.0:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("refused")))
+            elif x[0] == 2.0:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x), "not a tensor"]))
+            else:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+        return responses
+"""
+
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -64,6 +84,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (repository / "echo_fp32" / "1").mkdir(parents=True)
     (repository / "echo_fp32" / "1" / "model.py").write_text(ECHO_MODEL)
     (repository / "echo_fp32" / "config.pbtxt").write_text(ECHO_CONFIG)
+    (repository / "checked" / "1").mkdir(parents=True)
+    (repository / "checked" / "1" / "model.py").write_text(CHECKED_MODEL)
+    (repository / "checked" / "config.pbtxt").write_text(ECHO_CONFIG.replace("echo_fp32", "checked"))
     return repository
 
 
@@ -99,6 +122,17 @@ def test_misaligned_inputs_reach_the_model_as_aligned_copies(manager: ModelManag
     assert echoed.flags.aligned and echoed.tolist() == [0.0, 1.0, 2.0, 3.0]
     aligned = np.arange(4, dtype=np.float32)
     assert infer(manager, "echo_fp32", {"IN": aligned})["OUT"] is aligned  # no copy where none is needed
+
+
+def test_responses_are_checked_before_their_tensors_are_read(manager: ModelManager) -> None:
+    value = np.zeros(4, np.float32)
+    assert infer(manager, "checked", {"IN": value})["OUT"] is value
+    # an error response is the request's error
+    with pytest.raises(InternalError, match="^refused$"):
+        infer(manager, "checked", {"IN": value + 1})
+    # a non-Tensor among a response's tensors fails the execution, as in a worker
+    with pytest.raises(InternalError, match="output_tensors must hold pb_utils.Tensor objects"):
+        infer(manager, "checked", {"IN": value + 2})
 
 
 def test_models_with_files_of_one_name_keep_their_own_modules(manager: ModelManager) -> None:
