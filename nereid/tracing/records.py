@@ -121,8 +121,9 @@ class Layout:
         numbers = values.reshape(-1)
         digits = np.empty((len(numbers), chunks), dtype=np.uint32)
         for chunk in range(chunks - 1, -1, -1):
-            numbers, low4 = np.divmod(numbers, 10000)
-            digits[:, chunk] = _DIGITS4.take(low4)
+            high = numbers // 10000  # by a constant: numpy divides by multiplying
+            digits[:, chunk] = _DIGITS4.take(numbers - high * 10000)
+            numbers = high
         digits8 = digits.view(np.uint8).reshape(count, self.width, chunks * 4)
         out = np.empty((count, len(text)), dtype=np.uint8)
         out[:] = text
