@@ -222,3 +222,37 @@ def test_a_replaced_setting_writes_its_traces_when_the_last_sampled_under_it_end
         2,
     ]
     manager.close()
+
+
+@pytest.mark.parametrize("ending", ["sent", "now", "close"])
+def test_infer_response_complete_taken_as_an_attribute_is_recorded_in_its_place(
+    tmp_path: Path, ending: str
+) -> None:
+    """A frontend leaves INFER_RESPONSE_COMPLETE on the trace (`complete`); it is recorded before the
+    next timestamp (the send times), or when the trace closes unsent, once."""
+    manager = _manager(tmp_path)
+    trace = _sample(manager)
+    trace.request_start("m", 1, "", 1)
+    trace.request_end((), 2)
+    trace.complete = 3
+    if ending == "sent":
+        trace.sent("HTTP_SEND_START", 4, "HTTP_SEND_END")
+    elif ending == "now":
+        trace.now("HTTP_SEND_START")
+        trace.now("HTTP_SEND_END")
+        trace.close()
+    else:
+        trace.close()
+    manager.close()
+    records = json.loads((tmp_path / "trace.json").read_text())
+    names = [r["timestamps"][0]["name"] for r in records if "timestamps" in r]
+    tail = {
+        "close": [],
+        "now": ["HTTP_SEND_START", "HTTP_SEND_END"],
+        "sent": ["HTTP_SEND_START", "HTTP_SEND_END"],
+    }
+    assert names == ["REQUEST_START", "REQUEST_END", "INFER_RESPONSE_COMPLETE", *tail[ending]]
+    complete = next(
+        r for r in records if r.get("timestamps", [{}])[0].get("name") == "INFER_RESPONSE_COMPLETE"
+    )
+    assert complete["timestamps"][0]["ns"] == 3
