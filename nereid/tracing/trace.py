@@ -41,6 +41,7 @@ GRPC_SEND_END = "GRPC_SEND_END"
 INFER_RESPONSE_COMPLETE = "INFER_RESPONSE_COMPLETE"
 
 _perf_counter_ns = _pc = time.perf_counter_ns
+_new_trace = object.__new__
 
 # What an execution records, in this order.
 _C_START, _C_INPUT, _C_OUTPUT, _C_END = (
@@ -124,6 +125,25 @@ class RequestTrace:
         level = setting.level
         self.stamps: list[str | int] | None = [*received] if level & LEVEL_TIMESTAMPS else None
         self.tensors: list[bytes] | None = [] if level & LEVEL_TENSORS else None
+
+    @staticmethod
+    def root(setting: TraceSetting, ids: Iterator[int], received: tuple[str | int, ...]) -> RequestTrace:
+        """`RequestTrace(setting, ids, 0, received)`, field for field, with no `__init__` run: the request
+        path's way (a class call costs a frame more than a function)."""
+        trace = _new_trace(RequestTrace)
+        trace.setting = setting
+        trace._ids = ids
+        trace.id = next(ids)
+        trace.parent_id = 0
+        trace._group = None
+        trace._closed = False
+        trace.executed = None
+        trace.complete = 0
+        trace.head = None
+        level = setting.level
+        trace.stamps = [*received] if level & LEVEL_TIMESTAMPS else None
+        trace.tensors = [] if level & LEVEL_TENSORS else None
+        return trace
 
     def child(self) -> RequestTrace:
         """The trace of a request this one spawned (an ensemble step, a BLS call); its creator closes it."""

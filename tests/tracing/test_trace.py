@@ -224,6 +224,19 @@ def test_a_replaced_setting_writes_its_traces_when_the_last_sampled_under_it_end
     manager.close()
 
 
+def test_a_root_trace_is_made_as_the_constructor_makes_it(tmp_path: Path) -> None:
+    """`RequestTrace.root`, the request path's constructor, sets every field as `RequestTrace()` does."""
+    manager = _manager(tmp_path, level=LEVEL_TIMESTAMPS | LEVEL_TENSORS)
+    setting = manager._global
+    received = ("HTTP_RECV_START", 1, "HTTP_RECV_END", 2)
+    ids = iter([5, 5])
+    made, rooted = RequestTrace(setting, ids, 0, received), RequestTrace.root(setting, ids, received)
+    for name in RequestTrace.__slots__:
+        if name != "__weakref__":
+            assert getattr(rooted, name) == getattr(made, name), name
+    assert rooted.stamps is not received  # a list of its own
+
+
 @pytest.mark.parametrize("ending", ["sent", "now", "close"])
 def test_infer_response_complete_taken_as_an_attribute_is_recorded_in_its_place(
     tmp_path: Path, ending: str
