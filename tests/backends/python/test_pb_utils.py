@@ -200,3 +200,14 @@ def test_logger_without_a_server_prints(capsys: pytest.CaptureFixture[str]) -> N
         2,
         3,
     ]
+
+
+@pytest.mark.parametrize("traced", [7, (7, None), (7, '{"traceparent": "00-1-2-01"}')])
+def test_a_received_request_knows_its_trace_by_id_alone_or_with_its_context(traced: object) -> None:
+    """The server sends a traced request's trace id alone where it has no context (Triton mode), or with
+    its context (OpenTelemetry): either way the model sees the trace."""
+    request = pb_utils.InferenceRequest._received([], "r", 0, 0, "{}", 0, (), 0, traced)  # type: ignore[arg-type]
+    trace = request.trace()
+    assert trace._id == 7
+    assert trace.get_context() == (traced[1] if isinstance(traced, tuple) else None)
+    assert pb_utils.InferenceRequest._received([], "r", 0, 0, "{}", 0, ()).trace()._id == 0
