@@ -373,7 +373,9 @@ class InferenceRequest:
 
     # Defaults of received requests (instances override what they set).
     _trace = InferenceTrace()
-    _traced: int | tuple[int, str | None] | None = None  # a trace id, or a trace id and its context
+    # what the request's trace is made of if the model asks for it: a trace id, or one and its context (sent
+    # to a worker), or the server's own trace (a model run in the server process)
+    _traced: Any = None
     _release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
     model_name = ""
     model_version = -1
@@ -410,7 +412,12 @@ class InferenceRequest:
     def trace(self) -> InferenceTrace:
         traced = self._traced
         if traced is not None:
-            self._trace = InferenceTrace(traced) if type(traced) is int else InferenceTrace(*traced)
+            if type(traced) is int:
+                self._trace = InferenceTrace(traced)
+            elif type(traced) is tuple:
+                self._trace = InferenceTrace(*traced)
+            else:  # the server's own trace: a model run in the server process
+                self._trace = InferenceTrace(traced.id, traced.context(), traced)
             self._traced = None
         return self._trace
 
