@@ -18,6 +18,11 @@ everywhere and 1.5 from concurrency 16 on; over gRPC at least 0.9 of the ceiling
 1.0 of Triton at concurrency 16 (thread mode); in thread mode, at most half of Triton's CPU per request.
 The ceiling/triton column bounds what any Python server can reach on the machine at hand: a target
 above it is out of reach there.
+
+With --traced each Nereid mode also runs tracing every request, right after its untraced run (first every
+other round), and a second table gives tracing's cost per cell: the median over the rounds of the traced
+server's infer/s over the untraced one's in the same round, with their range, and the extra CPU per
+request likewise (bench/README.md, "Reading the tracing table").
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ SOURCE = ROOT / "examples" / "python_model_repository" / MODEL
 HTTP_TARGET, HTTP_TARGET_HIGH, HIGH_FROM, GRPC_TARGET = 1.0, 1.5, 16, 0.9
 THREAD_GRPC_TARGET, THREAD_CPU_TARGET = 1.0, 0.5  # thread mode: of Triton's infer/s, of its CPU per request
 CEILINGS = {"http": "http-echo", "grpc": "grpc-echo"}  # protocol -> the bare server that bounds it
+TRACED_TARGET = 0.9  # tracing every request keeps at least this much of the untraced throughput
 
 
 @dataclass
@@ -189,17 +195,17 @@ def main() -> int:
     runs.append(Run("triton", protocols))
     runs.extend(Run(CEILINGS[p], (p,)) for p in protocols)
     with tempfile.TemporaryDirectory(prefix="nereid-bench-batching-") as tmp:
-        if args.traced:
-            traced = [
-                Run(f"{r.name}+trace", protocols, flags=trace_flags(Path(tmp) / f"{r.name}.trace.json"))
-                for r in runs
-                if r.name.startswith("nereid")
-            ]
-            at = next(i for i, r in enumerate(runs) if r.name == "triton")
-            runs[at:at] = traced
+        if args.traced:  # each traced server right after its untraced one: a pair measured side by side
+            paired: list[Run] = []
+            for r in runs:
+                paired.append(r)
+                if r.name.startswith("nereid"):
+                    flags = trace_flags(Path(tmp) / f"{r.name}.trace.json")
+                    paired.append(Run(f"{r.name}+trace", protocols, flags=flags))
+            runs = paired
         repository = batched_repository(Path(tmp) / "repository")
         for round_ in range(args.rounds):
-            for run in runs:
+            for run in round_order(runs, round_):
                 try:
                     measure(run, repository, concurrencies, tool, args)
                 except (RuntimeError, subprocess.CalledProcessError) as exc:
@@ -214,6 +220,18 @@ def main() -> int:
             print(f"round {round_ + 1}: {line}", flush=True)
     report(runs, protocols, concurrencies)
     return 0
+
+
+def round_order(runs: list[Run], round_: int) -> list[Run]:
+    """The order of the servers in a round: every other round, each traced server before its untraced
+    one, so that a drift of the host's load during a round does not always favour the same one."""
+    if round_ % 2 == 0:
+        return runs
+    order = list(runs)
+    for at, run in enumerate(order):
+        if run.name.endswith("+trace") and at > 0:
+            order[at - 1], order[at] = run, order[at - 1]
+    return order
 
 
 def report(runs: list[Run], protocols: tuple[str, ...], concurrencies: list[int]) -> None:
@@ -266,18 +284,47 @@ def report(runs: list[Run], protocols: tuple[str, ...], concurrencies: list[int]
                     met &= ok
                     line += f"  {name} {'met' if ok else 'NOT met'}"
                 print(line)
-    for run in nereids:
-        if run.name.endswith("+trace"):  # tracing's cost: traced over untraced, same mode
-            base = run.name.removesuffix("+trace")
-            for key in run.rates:
-                traced, plain = median[(run.name, key)], median[(base, key)]
-                print(
-                    f"  tracing at rate 1, {base} {key[0]} c{key[1]}: {traced / plain:.2f} of the"
-                    f" untraced throughput, {cpu[(run.name, key)] - cpu[(base, key)]:+.0f} us CPU per request"
-                )
+    report_tracing(runs, cpu)
     sizes = ", ".join(f"{r.name} {statistics.mean(r.batch_sizes):.1f}" for r in [*nereids, triton])
     print(f"  average batch size over a whole run: {sizes}")
     print("all targets met" if met else "some targets NOT met")
+
+
+def report_tracing(runs: list[Run], cpu: dict[tuple[str, tuple[str, int]], float]) -> None:
+    """Tracing's cost, cell by cell: the traced server's infer/s over the untraced one's and its extra CPU
+    per request, each taken within one round (the two measured one after the other), as the median over
+    the rounds with their range. Pairing within a round cancels most of what a busy host's load does to
+    both servers alike, which medians of each server on its own do not."""
+    by_name = {r.name: r for r in runs}
+    traced_runs = [r for r in runs if r.name.endswith("+trace")]
+    if not traced_runs:
+        return
+    print(
+        f"\ntracing at rate 1 (TIMESTAMPS, a trace file every 1000 traces): 'kept' is the traced server's"
+        f" infer/s over the untraced one's in the same round, median over the rounds and range; 'extra us'"
+        f" the CPU per request traced minus untraced, likewise; the target: kept >= {TRACED_TARGET:.2f}"
+    )
+    print(
+        f"  {'server':<13} {'protocol':<8} {'conc':>4} {'kept':>5} {'range':<11} {'extra us':>8}"
+        f" {'range':<13} {'untraced us':>11} {'rounds':>6}"
+    )
+    met = True
+    for run in traced_runs:
+        base = by_name[run.name.removesuffix("+trace")]
+        for key, rates in run.rates.items():
+            kept = sorted(t / u for t, u in zip(rates, base.rates[key], strict=True))
+            extra = sorted(t - u for t, u in zip(run.cpu_us[key], base.cpu_us[key], strict=True))
+            ok = statistics.median(kept) >= TRACED_TARGET
+            met &= ok
+            kept_range = f"{kept[0]:.2f}-{kept[-1]:.2f}"
+            extra_range = f"{extra[0]:+.1f}..{extra[-1]:+.1f}"
+            print(
+                f"  {base.name:<13} {key[0]:<8} {key[1]:>4} {statistics.median(kept):>5.2f} {kept_range:<11}"
+                f" {statistics.median(extra):>+8.1f} {extra_range:<13} {cpu[(base.name, key)]:>11.1f}"
+                f" {len(kept):>6}  {'met' if ok else 'NOT met'}"
+            )
+    verdict = "costs" if met else "does NOT cost"
+    print(f"  tracing {verdict} less than {1 - TRACED_TARGET:.0%} of the throughput in every cell")
 
 
 if __name__ == "__main__":

@@ -24,13 +24,14 @@ def traced_requests(manager: TraceManager, count: int) -> float:
     """Microseconds of CPU per request for `count` traced requests."""
     started = time.thread_time_ns()
     for _ in range(count):
-        trace = manager.sample("add_sub")
+        received = ("HTTP_RECV_START", time.perf_counter_ns(), "HTTP_RECV_END", time.perf_counter_ns())
+        trace = manager.sample("add_sub", None, received)
         assert trace is not None
-        trace.received("HTTP_RECV_START", time.perf_counter_ns(), "HTTP_RECV_END", time.perf_counter_ns())
         trace.admitted("add_sub", 1, "", time.perf_counter_ns(), time.perf_counter_ns(), ())
-        trace.compute(time.perf_counter_ns(), time.perf_counter_ns())
-        trace.request_end(())
-        trace.now("INFER_RESPONSE_COMPLETE")
+        ran = time.perf_counter_ns()
+        trace.executed = (ran, time.perf_counter_ns(), time.perf_counter_ns())  # as the instance pool
+        trace.request_end((), time.perf_counter_ns())
+        trace.complete = time.perf_counter_ns()  # as the frontends take INFER_RESPONSE_COMPLETE
         trace.sent("HTTP_SEND_START", time.perf_counter_ns(), "HTTP_SEND_END")
     return (time.thread_time_ns() - started) / count / 1000
 

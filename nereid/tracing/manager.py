@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nereid.tracing.config import LEVEL_OFF, LEVEL_TENSORS, LEVEL_TIMESTAMPS, TraceConfig
 from nereid.tracing.settings import SettingUpdate, TraceFile, TraceSetting
 from nereid.tracing.trace import RequestTrace
+
+_root_trace = RequestTrace.root
 
 # One answer of the trace extension: setting name -> value, a list for trace_level (and for a setting
 # given more than once), a string otherwise; in Triton's order.
@@ -45,20 +47,27 @@ class TraceManager:
 
     # sampling
     def sample(
-        self, model_name: str, carrier: Mapping[str, str] | None = None, received: tuple[str | int, ...] = ()
+        self,
+        model_name: str,
+        carrier: Mapping[str, str] | Iterable[tuple[str, Any]] | None = None,
+        received: tuple[str | int, ...] = (),
     ) -> RequestTrace | None:
         """The trace of a request to `model_name`, when this request is sampled; else None. `received`:
         the frontend's receive timestamps (name, ns, name, ns), its first. In opentelemetry mode a request
-        whose headers carry a W3C `traceparent` is always traced, as a child of the client's span."""
+        whose headers (`carrier`: a mapping, or gRPC metadata's pairs) carry a W3C `traceparent` is always
+        traced, as a child of the client's span."""
         setting = self._models.get(model_name, self._global)
         exporter = self._exporter
         if exporter is None:  # Triton mode: nothing forces a sample, and a setting OFF samples nothing
+            if setting.every:  # `start`'s common case inline: the trace, counted with no lock
+                next(setting.started)
+                return _root_trace(setting, self._ids, received)
             return setting.start(self._ids, received)
         if setting.level == LEVEL_OFF:
             return None
         context = None
         if exporter is not None and carrier:
-            context = exporter.extract(carrier)
+            context = exporter.extract(carrier if isinstance(carrier, Mapping) else dict(carrier))
         if not setting.sample(context is not None):
             return None
         trace = exporter.start(setting, self._ids, context)

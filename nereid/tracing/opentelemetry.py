@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from nereid.tracing.config import TraceConfig, TraceConfigError
-from nereid.tracing.trace import RequestTrace, TraceGroup
+from nereid.tracing.trace import INFER_RESPONSE_COMPLETE, RequestTrace, TraceGroup
 
 if TYPE_CHECKING:
     from nereid.tracing.settings import TraceSetting
@@ -144,6 +144,10 @@ class SpanTrace(RequestTrace):
         if self.stamps is None:
             return
         span = self._span if self._span is not None else self._spans.root
+        complete = self.complete
+        if complete:
+            self.complete = 0
+            span.add_event(INFER_RESPONSE_COMPLETE, timestamp=self._epoch(complete))
         span.add_event(name, timestamp=self._epoch(ns))
 
     def now(self, name: str) -> None:

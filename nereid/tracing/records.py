@@ -32,6 +32,9 @@ _ID = b"\x00"
 _VECTOR_FROM = 16
 
 # '0000' .. '9999', the four ASCII digits of each in one uint32: numbers become digits four at a time.
+# 10, 100, ... 10**18: how many of them a non-negative int64 reaches is one less than its digits.
+_POWERS = 10 ** np.arange(1, 19, dtype=np.int64)
+
 _DIGITS4 = np.frombuffer(b"".join(b"%04d" % i for i in range(10000)), dtype=np.uint32)
 
 
@@ -104,11 +107,12 @@ class Layout:
         count = len(values)
         if count < _VECTOR_FROM or values.min() < 0:
             return b"".join([self.one(row) + b"," for row in values.tolist()])
-        # The digits of each column's numbers, when they all have as many; else trace by trace.
+        # The digits of each column's numbers, when they all have as many; else runs of rows alike.
         low = [len(str(n)) for n in values.min(axis=0).tolist()]
         high = [len(str(n)) for n in values.max(axis=0).tolist()]
         if low != high:
-            return b"".join([self.one(row) + b"," for row in values.tolist()])
+            varying = [column for column, (a, b) in enumerate(zip(low, high, strict=True)) if a != b]
+            return self._runs(values, varying)
         widths = tuple(low)
         text, spans = self._text(widths)
         # Every number's digits, four at a time from the table, the last ones of a number's `4 * chunks`
@@ -117,8 +121,9 @@ class Layout:
         numbers = values.reshape(-1)
         digits = np.empty((len(numbers), chunks), dtype=np.uint32)
         for chunk in range(chunks - 1, -1, -1):
-            numbers, low4 = np.divmod(numbers, 10000)
-            digits[:, chunk] = _DIGITS4.take(low4)
+            high = numbers // 10000  # by a constant: numpy divides by multiplying
+            digits[:, chunk] = _DIGITS4.take(numbers - high * 10000)
+            numbers = high
         digits8 = digits.view(np.uint8).reshape(count, self.width, chunks * 4)
         out = np.empty((count, len(text)), dtype=np.uint8)
         out[:] = text
@@ -126,6 +131,16 @@ class Layout:
         for column, start, stop in spans:
             out[:, start:stop] = digits8[:, column, end - (stop - start) :]
         return out.reshape(-1)
+
+    def _runs(self, values: np.ndarray, varying: list[int]) -> np.ndarray:
+        """`rows` of traces whose numbers in the columns `varying` do not all have as many digits (ids
+        that reach 1000 within a batch; a whole run's traces when they are written at shutdown): each run
+        of consecutive rows alike at once, in their order."""
+        digits = np.searchsorted(_POWERS, values[:, varying], side="right")  # one less than each's digits
+        starts = np.flatnonzero((digits[1:] != digits[:-1]).any(axis=1)) + 1
+        bounds = [0, *starts.tolist(), len(values)]
+        parts = [self.rows(values[start:stop]) for start, stop in zip(bounds, bounds[1:], strict=False)]
+        return np.concatenate([np.frombuffer(p, np.uint8) if isinstance(p, bytes) else p for p in parts])
 
     def _text(self, widths: tuple[int, ...]) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
         """A row's fixed text for these column widths (zeros where digits go), and where each value goes."""

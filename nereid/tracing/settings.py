@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nereid.tracing.config import LEVEL_OFF
+from nereid.tracing.config import LEVEL_OFF, LEVEL_TENSORS
 from nereid.tracing.records import Layout, TraceFormatter, keep
 from nereid.tracing.trace import RequestTrace
 
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("nereid.tracing")
 
 MIN_TRACE_COUNT = -1
+
+_root_trace = RequestTrace.root
 
 
 class TraceFile:
@@ -111,16 +113,16 @@ class TraceSetting:
         # the garbage collector never visits one by one.
         self._kept: list[Layout | bytes] = []
         self._values: list[int] = []
-        self._in_flight = 0  # traces sampled and not written, but those `start` counts in `_started`
-        # The traces started by `start` with no lock taken: next() is atomic under the GIL. Reading it
-        # counts too (`_probes`), which `_flying` takes off.
-        self._started = itertools.count()
+        self._in_flight = 0  # traces sampled and not written, but those counted in `started`
+        # The traces started with no lock taken (by `start`, or the manager inline): next() is atomic under
+        # the GIL. Reading it counts too (`_probes`), which `_flying` takes off.
+        self.started = itertools.count()
         self._probes = 0
         self._retired = False
         self._batch = log_frequency or 1 << 62  # traces kept before they are written
-        self._every = False  # whether every request is sampled, none counted (valid, rate 1, no count)
+        self.every = False  # whether every request is sampled, none counted (valid, rate 1, no count)
         # the model's record, timestamp names and layout of the last trace written that has a layout kept
-        self._last: tuple[object, list[str | int], Layout] | None = None
+        self._last: tuple[object, list[str | int] | None, Layout | None] = (None, None, None)
         self.groups_lock = threading.Lock()  # a trace's first child makes its group under it
         if level == LEVEL_OFF:
             self.reason = "tracing is disabled"
@@ -130,7 +132,9 @@ class TraceSetting:
             self.reason = "trace file name is not given"
         else:
             self.reason = ""
-            self._every = rate == 1 and count < 0
+            self.every = rate == 1 and count < 0
+        # whether `write_trace` keeps a trace inline: every request sampled, no tensors traced
+        self._plain = self.every and not level & LEVEL_TENSORS
 
     @property
     def valid(self) -> bool:
@@ -139,11 +143,11 @@ class TraceSetting:
     def start(self, ids: Iterator[int], received: tuple[str | int, ...]) -> RequestTrace | None:
         """The trace of a request under this (Triton-mode) setting when it is sampled, with the frontend's
         receive times; else None."""
-        if self._every:  # the common setting: nothing to count but the traces in flight, with no lock
-            next(self._started)
+        if self.every:  # the common setting: nothing to count but the traces in flight, with no lock
+            next(self.started)
         elif not self.sample():
             return None
-        return RequestTrace(self, ids, 0, received)
+        return _root_trace(self, ids, received)
 
     def sample(self, force: bool = False) -> bool:
         """Whether this request is traced: every `rate`-th request while `count` lasts, or any request
@@ -167,32 +171,29 @@ class TraceSetting:
     def write_trace(self, trace: RequestTrace) -> None:
         """A sampled trace without children finished: keep it, and write the traces kept to
         `<file>.<index>` once `count` traces were collected or every `log_frequency` traces."""
-        stamps = trace.stamps or ()
-        head = trace.head
-        if self._every and (stamps or head is not None) and not trace.tensors and not trace.parent_id:
-            # the common trace, `keep` inline: its layout (most often the last one's), its id, its ns
-            names = stamps[0::2]
-            last = self._last
-            if last is not None and names == last[1] and head == last[0]:
-                layout = last[2]
-            else:
-                key = (head, False, *names)
-                formatter = self.file.formatter
-                layout = formatter.layouts.get(key) or formatter.layout(key)
-                if key in formatter.layouts:
-                    self._last = (head, names, layout)
-            with self._lock:
-                self._in_flight -= 1
-                self._kept.append(layout)
-                values = self._values
-                values.append(trace.id)
-                values += stamps[1::2]  # type: ignore[arg-type]
-                self._in_stream += 1  # nothing counted: no count to reach
-                batch = self._take() if self._in_stream >= self._batch else None
-                finished = self._retired and self._flying() == 0
-        else:
+        stamps = trace.stamps
+        if not (self._plain and stamps) or trace.parent_id:
             self.write_group((trace,))
             return
+        # the common trace, `keep` inline: its layout (most often the last one's), its id, its ns
+        head = trace.head
+        names = stamps[0::2]
+        last_head, last_names, layout = self._last  # one tuple: threads may replace it meanwhile
+        if names != last_names or head != last_head:
+            key = (head, False, *names)
+            formatter = self.file.formatter
+            layout = formatter.layouts.get(key) or formatter.layout(key)
+            if key in formatter.layouts:
+                self._last = (head, names, layout)
+        with self._lock:
+            self._in_flight -= 1
+            self._kept.append(layout)
+            values = self._values
+            values.append(trace.id)
+            values += stamps[1::2]  # type: ignore[arg-type]
+            self._in_stream += 1  # nothing counted: no count to reach
+            batch = self._take() if self._in_stream >= self._batch else None
+            finished = self._retired and self._flying() == 0
         if batch is not None:
             self._save(batch, indexed=True)
         if finished:
@@ -218,7 +219,7 @@ class TraceSetting:
 
     def _flying(self) -> int:
         """The traces sampled and not yet written (under the lock)."""
-        started = next(self._started) - self._probes
+        started = next(self.started) - self._probes
         self._probes += 1
         return self._in_flight + started
 

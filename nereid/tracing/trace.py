@@ -41,6 +41,7 @@ GRPC_SEND_END = "GRPC_SEND_END"
 INFER_RESPONSE_COMPLETE = "INFER_RESPONSE_COMPLETE"
 
 _perf_counter_ns = _pc = time.perf_counter_ns
+_new_trace = object.__new__
 
 # What an execution records, in this order.
 _C_START, _C_INPUT, _C_OUTPUT, _C_END = (
@@ -89,6 +90,7 @@ class RequestTrace:
         "stamps",
         "tensors",
         "executed",
+        "complete",
         "_ids",
         "_group",
         "_closed",
@@ -111,6 +113,9 @@ class RequestTrace:
         # The execution that ran the request, as the instance pool leaves it (start, end, results back):
         # recorded with REQUEST_END, in one step (an attribute set where a call would cost more).
         self.executed: tuple[int, int, int] | None = None
+        # INFER_RESPONSE_COMPLETE as the frontend takes it (0: not yet): an attribute set where a call would
+        # cost more, recorded with the next timestamp (most often the send times, by `sent`).
+        self.complete = 0
         # Raw values, formatted in bulk when the setting writes (None: that level is not traced):
         # who the request was for, timestamps in the order taken (name, ns, name, ns, ...: one list, no
         # tuple each; a pair is added by one `+=`, whole even where threads race; the frontend's receive
@@ -120,6 +125,25 @@ class RequestTrace:
         level = setting.level
         self.stamps: list[str | int] | None = [*received] if level & LEVEL_TIMESTAMPS else None
         self.tensors: list[bytes] | None = [] if level & LEVEL_TENSORS else None
+
+    @staticmethod
+    def root(setting: TraceSetting, ids: Iterator[int], received: tuple[str | int, ...]) -> RequestTrace:
+        """`RequestTrace(setting, ids, 0, received)`, field for field, with no `__init__` run: the request
+        path's way (a class call costs a frame more than a function)."""
+        trace = _new_trace(RequestTrace)
+        trace.setting = setting
+        trace._ids = ids
+        trace.id = next(ids)
+        trace.parent_id = 0
+        trace._group = None
+        trace._closed = False
+        trace.executed = None
+        trace.complete = 0
+        trace.head = None
+        level = setting.level
+        trace.stamps = [*received] if level & LEVEL_TIMESTAMPS else None
+        trace.tensors = [] if level & LEVEL_TENSORS else None
+        return trace
 
     def child(self) -> RequestTrace:
         """The trace of a request this one spawned (an ensemble step, a BLS call); its creator closes it."""
@@ -141,6 +165,10 @@ class RequestTrace:
         """The request is answered: once every trace of its group is closed, the group is written."""
         if self._closed:
             return
+        complete = self.complete
+        if complete:  # answered, but not sent
+            self.complete = 0
+            self.timestamp(INFER_RESPONSE_COMPLETE, complete)
         if self.executed is not None:  # executed, but never released (REQUEST_END): its times still count
             self.compute(*self.executed)
             self.executed = None
@@ -162,11 +190,19 @@ class RequestTrace:
     def timestamp(self, name: str, ns: int) -> None:
         stamps = self.stamps
         if stamps is not None:
+            complete = self.complete
+            if complete:
+                self.complete = 0
+                stamps += (INFER_RESPONSE_COMPLETE, complete)
             stamps += (name, ns)
 
     def now(self, name: str) -> None:
         stamps = self.stamps
         if stamps is not None:
+            complete = self.complete
+            if complete:
+                self.complete = 0
+                stamps += (INFER_RESPONSE_COMPLETE, complete)
             stamps += (name, _perf_counter_ns())
 
     def received(self, start_name: str, start: int, end_name: str, end: int) -> None:
@@ -179,7 +215,12 @@ class RequestTrace:
         """The response was handed on, from `start` to now: both times recorded, then the trace closes."""
         stamps = self.stamps
         if stamps is not None:
-            stamps += (start_name, start, end_name, _perf_counter_ns())
+            complete = self.complete
+            if complete:
+                self.complete = 0
+                stamps += (INFER_RESPONSE_COMPLETE, complete, start_name, start, end_name, _pc())
+            else:
+                stamps += (start_name, start, end_name, _pc())
         if self._group is None and self.executed is None and not self._closed:  # close(), common case
             self._closed = True
             self.setting.write_trace(self)

@@ -70,3 +70,21 @@ def test_a_batch_keeps_the_order_of_its_traces_across_layouts_and_tensors() -> N
             kept.append(b'{"id":1030,"activity":"TENSOR_QUEUE_INPUT"}')
             expected.append(kept[-1])
     assert b"".join(formatter.batch(kept, values)) == b",".join(expected)
+
+
+def test_ids_that_reach_another_width_are_written_in_runs_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose ids reach 1000 (or every trace of a run, written at shutdown) is formatted by numpy
+    in runs of rows whose numbers have as many digits, not trace by trace."""
+    layout = Layout((("add_sub", 1, "", 0), False, *NAMES))
+    count = 120
+    values = np.empty((count, layout.width), dtype=np.int64)
+    values[:, 0] = np.arange(940, 940 + count)  # 60 ids of three digits, then 60 of four
+    values[:, 1:] = np.arange(count * len(NAMES)).reshape(count, -1) + 10**12
+    values[100:, 3] += 10**13  # and a timestamp column wider from row 100 on
+    expected = _one_by_one(layout, values)
+
+    def refused(self: Layout, row: object) -> bytes:
+        raise AssertionError("a run of rows alike was formatted trace by trace")
+
+    monkeypatch.setattr(Layout, "one", refused)
+    assert bytes(layout.rows(values)) == expected

@@ -222,3 +222,50 @@ def test_a_replaced_setting_writes_its_traces_when_the_last_sampled_under_it_end
         2,
     ]
     manager.close()
+
+
+def test_a_root_trace_is_made_as_the_constructor_makes_it(tmp_path: Path) -> None:
+    """`RequestTrace.root`, the request path's constructor, sets every field as `RequestTrace()` does."""
+    manager = _manager(tmp_path, level=LEVEL_TIMESTAMPS | LEVEL_TENSORS)
+    setting = manager._global
+    received = ("HTTP_RECV_START", 1, "HTTP_RECV_END", 2)
+    ids = iter([5, 5])
+    made, rooted = RequestTrace(setting, ids, 0, received), RequestTrace.root(setting, ids, received)
+    for name in RequestTrace.__slots__:
+        if name != "__weakref__":
+            assert getattr(rooted, name) == getattr(made, name), name
+    assert rooted.stamps is not received  # a list of its own
+
+
+@pytest.mark.parametrize("ending", ["sent", "now", "close"])
+def test_infer_response_complete_taken_as_an_attribute_is_recorded_in_its_place(
+    tmp_path: Path, ending: str
+) -> None:
+    """A frontend leaves INFER_RESPONSE_COMPLETE on the trace (`complete`); it is recorded before the
+    next timestamp (the send times), or when the trace closes unsent, once."""
+    manager = _manager(tmp_path)
+    trace = _sample(manager)
+    trace.request_start("m", 1, "", 1)
+    trace.request_end((), 2)
+    trace.complete = 3
+    if ending == "sent":
+        trace.sent("HTTP_SEND_START", 4, "HTTP_SEND_END")
+    elif ending == "now":
+        trace.now("HTTP_SEND_START")
+        trace.now("HTTP_SEND_END")
+        trace.close()
+    else:
+        trace.close()
+    manager.close()
+    records = json.loads((tmp_path / "trace.json").read_text())
+    names = [r["timestamps"][0]["name"] for r in records if "timestamps" in r]
+    tail = {
+        "close": [],
+        "now": ["HTTP_SEND_START", "HTTP_SEND_END"],
+        "sent": ["HTTP_SEND_START", "HTTP_SEND_END"],
+    }
+    assert names == ["REQUEST_START", "REQUEST_END", "INFER_RESPONSE_COMPLETE", *tail[ending]]
+    complete = next(
+        r for r in records if r.get("timestamps", [{}])[0].get("name") == "INFER_RESPONSE_COMPLETE"
+    )
+    assert complete["timestamps"][0]["ns"] == 3

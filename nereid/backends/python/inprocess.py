@@ -254,9 +254,8 @@ class ThreadInstance:
             if request.stream is not None:
                 pb_request._stream_id = stream_id = host.open_stream(request.stream)
                 opened.append(stream_id)
-            if request.trace is not None:
-                trace = request.trace
-                pb_request._trace = pb_utils.InferenceTrace(trace.id, trace.context(), trace)
+            if request.trace is not None:  # made into the model's InferenceTrace if it asks (`trace()`)
+                pb_request._traced = request.trace
             pb_request._host = host
             batch.append(pb_request)
         try:

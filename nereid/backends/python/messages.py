@@ -50,7 +50,8 @@ def encode_request(writer: wire.TensorWriter, request: BackendRequest, stream_id
             )
         inputs.append(writer.add(name, datatype, data))
     trace = request.trace
-    traced = None if trace is None else (trace.id, trace.context() if trace.has_context else None)
+    # a traced request's trace id, with its context where it has one (a tuple pickles with more work)
+    traced = None if trace is None else (trace.id, trace.context()) if trace.has_context else trace.id
     return (*request_fields(request), tuple(inputs), stream_id, traced)
 
 

@@ -52,7 +52,7 @@ from nereid.frontends.http.repository import (
     decode_unload_request,
 )
 from nereid.settings import ServerSettings
-from nereid.tracing.trace import HTTP_RECV_END, HTTP_RECV_START, INFER_RESPONSE_COMPLETE, RequestTrace
+from nereid.tracing.trace import HTTP_RECV_END, HTTP_RECV_START, RequestTrace
 from nereid.tracing.updates import http_update
 from nereid.types import InferRequest, InferResponse
 
@@ -341,7 +341,7 @@ class HttpFrontend:
                 return await event_stream(self._engine, infer_request, flat=False)
             raise DecoupledModel("HTTP end point") from None
         if trace is not None:
-            trace.now(INFER_RESPONSE_COMPLETE)
+            trace.complete = time.perf_counter_ns()  # INFER_RESPONSE_COMPLETE, recorded with the send times
         payload, json_length = encode_infer_response(response, infer_request)
         return _infer_response(payload, json_length)
 
@@ -423,8 +423,9 @@ class _InferReply(DeferredResponse):
         if isinstance(result, BaseException):
             callback(_error_reply(result, self._request))
             return
-        if self._infer_request.trace is not None:
-            self._infer_request.trace.now(INFER_RESPONSE_COMPLETE)
+        trace = self._infer_request.trace
+        if trace is not None:
+            trace.complete = time.perf_counter_ns()  # INFER_RESPONSE_COMPLETE, recorded with the send times
         try:
             payload, json_length = encode_infer_response(result, self._infer_request)
         except Exception as exc:

@@ -200,3 +200,35 @@ def test_logger_without_a_server_prints(capsys: pytest.CaptureFixture[str]) -> N
         2,
         3,
     ]
+
+
+@pytest.mark.parametrize("traced", [7, (7, None), (7, '{"traceparent": "00-1-2-01"}')])
+def test_a_received_request_knows_its_trace_by_id_alone_or_with_its_context(traced: object) -> None:
+    """The server sends a traced request's trace id alone where it has no context (Triton mode), or with
+    its context (OpenTelemetry): either way the model sees the trace."""
+    request = pb_utils.InferenceRequest._received([], "r", 0, 0, "{}", 0, (), 0, traced)  # type: ignore[arg-type]
+    trace = request.trace()
+    assert trace._id == 7
+    assert trace.get_context() == (traced[1] if isinstance(traced, tuple) else None)
+    assert pb_utils.InferenceRequest._received([], "r", 0, 0, "{}", 0, ()).trace()._id == 0
+
+
+def test_a_request_of_a_model_in_the_server_process_makes_its_trace_from_the_servers_when_asked() -> None:
+    """In the server process a request carries the server's own trace; the model's InferenceTrace, made
+    only if the model asks for it, has its id and context, and holds it for the BLS calls made with it."""
+
+    class ServerTrace:
+        id = 9
+        asked = 0
+
+        def context(self) -> str:
+            self.asked += 1
+            return "ctx"
+
+    server_trace = ServerTrace()
+    request = pb_utils.InferenceRequest._received([], "r", 0, 0, "{}", 0, ())
+    request._traced = server_trace
+    assert server_trace.asked == 0
+    trace = request.trace()
+    assert (trace._id, trace.get_context(), trace._handle) == (9, "ctx", server_trace)
+    assert request.trace() is trace and server_trace.asked == 1

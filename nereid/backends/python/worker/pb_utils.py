@@ -355,7 +355,7 @@ class InferenceRequest:
         timeout: int,
         output_names: Sequence[str],
         stream_id: int = 0,
-        traced: tuple[int, str | None] | None = None,
+        traced: int | tuple[int, str | None] | None = None,
     ) -> InferenceRequest:
         # One per request on the hot path: set what varies, the rest are class-level defaults.
         request = cls.__new__(cls)
@@ -373,7 +373,9 @@ class InferenceRequest:
 
     # Defaults of received requests (instances override what they set).
     _trace = InferenceTrace()
-    _traced: tuple[int, str | None] | None = None
+    # what the request's trace is made of if the model asks for it: a trace id, or one and its context (sent
+    # to a worker), or the server's own trace (a model run in the server process)
+    _traced: Any = None
     _release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
     model_name = ""
     model_version = -1
@@ -410,7 +412,12 @@ class InferenceRequest:
     def trace(self) -> InferenceTrace:
         traced = self._traced
         if traced is not None:
-            self._trace = InferenceTrace(*traced)
+            if type(traced) is int:
+                self._trace = InferenceTrace(traced)
+            elif type(traced) is tuple:
+                self._trace = InferenceTrace(*traced)
+            else:  # the server's own trace: a model run in the server process
+                self._trace = InferenceTrace(traced.id, traced.context(), traced)
             self._traced = None
         return self._trace
 
