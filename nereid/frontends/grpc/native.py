@@ -58,9 +58,6 @@ def native_server(servicer: InferenceServicer, **kwargs: Any) -> pygrpc_native.a
     return NativeServer(servicer, **kwargs)
 
 
-_new = object.__new__  # for the object made per call, whose fields its maker sets
-
-
 class NativeServer(pygrpc_native.aio.Server):
     def __init__(self, servicer: InferenceServicer, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -100,13 +97,7 @@ class NativeServer(pygrpc_native.aio.Server):
         except NereidError as exc:
             self._front.fail(call_id, GRPC_STATUS[exc.status].value[0], exc.message)  # type: ignore[union-attr]
             return True
-        call = _new(_InferCall)  # one per call: made without the calls of a Python __init__
-        call._server = self
-        call.call_id = call_id
-        call._request = request
-        call._queued = queued
-        call.task = None
-        call._cancelled = False
+        call = _InferCall(self, call_id, request, queued)
         self._calls[call_id] = call  # type: ignore[assignment]
         servicer.calls.active += 1  # until it leaves the table: what a stopping server waits for
         if queued is None:
@@ -126,16 +117,19 @@ class NativeServer(pygrpc_native.aio.Server):
 
 
 class _InferCall:
-    """A ModelInfer call in flight: queued (answered by the batcher's callback) or awaited (a Task). Made by
-    `NativeServer._infer`, which sets its fields itself (no __init__ to call)."""
+    """A ModelInfer call in flight: queued (answered by the batcher's callback) or awaited (a Task)."""
 
     __slots__ = ("_server", "call_id", "_request", "_queued", "task", "_cancelled")
-    _server: NativeServer
-    call_id: int
-    _request: InferRequest
-    _queued: QueuedInfer | None
-    task: asyncio.Future[Any] | None
-    _cancelled: bool
+
+    def __init__(
+        self, server: NativeServer, call_id: int, request: InferRequest, queued: QueuedInfer | None
+    ) -> None:
+        self._server = server
+        self.call_id = call_id
+        self._request = request
+        self._queued = queued
+        self.task: asyncio.Future[Any] | None = None
+        self._cancelled = False
 
     def cancel(self) -> None:
         """The client went away (or its deadline passed): nothing is sent."""

@@ -72,7 +72,6 @@ _TEXT = (b"content-type", b"text/plain")
 _MODEL_ROUTE = re.compile(
     r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats|generate|generate_stream))?"
 )
-_new = object.__new__  # for the object made per infer request, whose fields its maker sets
 # Infer paths whose model name and version `dispatch` keeps at most; past that the table starts again.
 MAX_INFER_ROUTES = 256
 _REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(?:(index)|models/([^/]+)/(load|unload))")
@@ -382,13 +381,7 @@ class HttpFrontend:
             return _error_reply(exc, request)
         if queued is None:
             return self._run_decoded(infer_request, request)
-        # one per request: made without the calls of a Python __init__
-        reply = _new(_InferReply)
-        reply._queued = queued
-        reply._infer_request = infer_request
-        reply._request = request
-        reply._callback = None
-        return reply
+        return _InferReply(queued, infer_request, request)
 
     async def _run_decoded(self, infer_request: InferRequest, request: HttpRequest) -> HttpResponse:
         try:
@@ -398,14 +391,15 @@ class HttpFrontend:
 
 
 class _InferReply(DeferredResponse):
-    """An infer request queued by the engine, its response encoded when the batcher answers it. Made by
-    `_infer_now`, which sets its fields itself (no __init__ to call)."""
+    """An infer request queued by the engine, its response encoded when the batcher answers it."""
 
     __slots__ = ("_queued", "_infer_request", "_request", "_callback")
-    _queued: QueuedInfer
-    _infer_request: InferRequest
-    _request: HttpRequest
-    _callback: Callable[[HttpResponse], None] | None
+
+    def __init__(self, queued: QueuedInfer, infer_request: InferRequest, request: HttpRequest) -> None:
+        self._queued = queued
+        self._infer_request = infer_request
+        self._request = request
+        self._callback: Callable[[HttpResponse], None] | None = None
 
     def then(self, callback: Callable[[HttpResponse], None]) -> None:
         self._callback = callback
