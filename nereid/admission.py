@@ -36,9 +36,6 @@ from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor, RequestedOutput
 
 log = logging.getLogger(__name__)
-# Objects made on every request are made with this and their fields set one by one: calling a class whose
-# __init__ is Python code costs about twice as much.
-_new = object.__new__
 
 
 def _log_request(admission: Admission, outcome: str) -> None:
@@ -101,9 +98,7 @@ class Admission(RequestTiming):
             if names is not None:
                 # A layout that passed the checks before (request_checks.checked_request, whose table this
                 # reads in place): nothing to check again, and never shared memory.
-                inputs = {}  # by name, last to first as backend_inputs gives them (a loop: no call)
-                for tensor in reversed(request.inputs):
-                    inputs[tensor.name] = tensor.data
+                inputs = {tensor.name: tensor.data for tensor in reversed(request.inputs)}
                 self.wanted = request.outputs or model.all_outputs
             else:
                 self._checked(request, shared_memory, stream)
@@ -117,19 +112,19 @@ class Admission(RequestTiming):
             parameters = request.parameters
             if "binary_data_output" in parameters:
                 parameters = {k: v for k, v in parameters.items() if k != "binary_data_output"}
-            # BackendRequest(...) with every field, without the calls of a dataclass's __init__
-            self.backend = backend = _new(BackendRequest)
-            backend.inputs = inputs
-            backend.outputs = names
-            backend.id = request.id
-            backend.parameters = parameters
-            backend.correlation_id = request.sequence_id
-            backend.flags = request.flags
-            backend.timeout_us = request.timeout_us
-            backend.priority = request.priority
-            backend.stream = stream
-            backend.trace = None
-            backend.layout = layout
+            self.backend = backend = BackendRequest(
+                inputs,
+                names,
+                request.id,
+                parameters,
+                request.sequence_id,
+                request.flags,
+                request.timeout_us,
+                request.priority,
+                stream,
+                None,
+                layout,
+            )
             self.queued = time.perf_counter_ns()
             if trace is not None:
                 trace.admitted(model.name, model.version, request.id, self.start, self.queued, request.inputs)
@@ -257,17 +252,9 @@ class Admission(RequestTiming):
                 continue
             array = results[name]
             spec = specs[name]
-            # the usual output, as `_output_tensor` would make it, without the calls (nor those of a
-            # dataclass's __init__)
+            # the usual output, as `_output_tensor` would make it without the call
             if spec.backend_dims is None and not requested.class_count and array.dtype == spec.numpy_dtype:
-                tensor = _new(InferTensor)
-                tensor.name = name
-                tensor.datatype = spec.datatype
-                tensor.shape = array.shape
-                tensor.data = array
-                tensor.parameters = {}
-                tensor.shared_memory = None
-                outputs.append(tensor)
+                outputs.append(InferTensor(name, spec.datatype, array.shape, array))
             else:
                 outputs.append(_output_tensor(model, requested, array))
         if self._regions:

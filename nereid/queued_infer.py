@@ -23,7 +23,6 @@ from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor
 
 Answer = Callable[[InferResponse | BaseException], None]
-_new = object.__new__  # see nereid.admission
 Done = Callable[[BackendResult], None]
 
 
@@ -100,13 +99,8 @@ class QueuedSchedulerInfer(Admission):
                 model = self.model
                 if model.ensemble or getattr(result, "parameters", None):
                     value = infer_response(model, self.request, outputs, getattr(result, "parameters", None))
-                else:  # the usual response, as `infer_response` would make it, without the calls
-                    value = response = _new(InferResponse)
-                    response.model_name = model.name
-                    response.model_version = model.version_text
-                    response.outputs = outputs
-                    response.id = self.request.id
-                    response.parameters = {}
+                else:  # the usual response, as `infer_response` would make it without the call
+                    value = InferResponse(model.name, model.version_text, outputs, self.request.id)
         if answer is not None:
             answer(value)
         else:  # `then` comes next (a withdrawn request is never answered)

@@ -34,7 +34,6 @@ from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.statistics import ModelStatistics, RequestTiming
 
 Clock = Callable[[], float]
-_new = object.__new__  # see nereid.admission
 # Request layouts whose policy view a batcher keeps at most; past that the table starts again.
 MAX_LAYOUT_VIEWS = 256
 log = logging.getLogger(__name__)
@@ -251,18 +250,19 @@ class DynamicBatcher:
                 if len(self._layout_views) >= MAX_LAYOUT_VIEWS:
                     self._layout_views.clear()
                 self._layout_views[layout] = view
-        # QueuedRequest(...) with every field, without the calls of a Python __init__
-        entry = _new(QueuedRequest)
-        entry.batch_size, entry.shape = view
-        entry.arrival = now
-        entry.priority = level
-        entry.deadline = now + timeout_us / 1e6 if timeout_us else None
-        entry.delay_on_timeout = queue_policy.delay_on_timeout
-        entry.request = request
-        entry.future = loop.create_future() if done is None else None
-        entry.timing = timing
-        entry.queued_ns = time.perf_counter_ns()
-        entry.done = done
+        entry = QueuedRequest(
+            view[0],
+            view[1],
+            now,
+            level,
+            now + timeout_us / 1e6 if timeout_us else None,
+            queue_policy.delay_on_timeout,
+            request,
+            loop.create_future() if done is None else None,
+            timing,
+            time.perf_counter_ns(),
+            done,
+        )
         self._queue.append(entry)
         if self._bounded:
             self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
