@@ -685,13 +685,15 @@ class _Connection(asyncio.Protocol):
         if transport is None:
             return
         body = response.body
-        lines = _head(response, keep_alive)
-        lines.append(b"content-length: %d\r\n\r\n" % len(body))
+        key = (response.status, keep_alive, tuple(response.headers))
+        try:
+            prefix = _PREFIXES.get(key) or _prefix(key, response, keep_alive)
+        except TypeError:  # a header that is not a pair of bytes cannot key the cache
+            prefix = _prefix(None, response, keep_alive)
         if len(body) < _WRITEV_FROM:
-            lines.append(body)
-            transport.write(b"".join(lines))
+            transport.write(b"".join((prefix, b"%d\r\n\r\n" % len(body), body)))
         else:
-            transport.writelines([b"".join(lines), body])
+            transport.writelines([b"".join((prefix, b"%d\r\n\r\n" % len(body))), body])
 
     async def _write_stream(
         self, response: HttpResponse, keep_alive: bool, trace: RequestTrace | None = None
@@ -787,6 +789,27 @@ class _Connection(asyncio.Protocol):
         if self._reading_paused and self._transport is not None:
             self._reading_paused = False
             self._transport.resume_reading()
+
+
+# A whole response's head up to its content-length value, by status, headers and whether the connection
+# stays open: the same few recur response after response, so each is built once. Bounded, for headers
+# whose values vary without end.
+_PREFIXES: dict[tuple[int, bool, tuple[tuple[bytes, bytes], ...]], bytes] = {}
+_MAX_PREFIXES = 256
+
+
+def _prefix(
+    key: tuple[int, bool, tuple[tuple[bytes, bytes], ...]] | None, response: HttpResponse, keep_alive: bool
+) -> bytes:
+    """The head before a content-length value, remembered under `key` (None: not remembered)."""
+    lines = _head(response, keep_alive)
+    lines.append(b"content-length: ")
+    prefix = b"".join(lines)
+    if key is not None:
+        if len(_PREFIXES) >= _MAX_PREFIXES:
+            _PREFIXES.clear()
+        _PREFIXES[key] = prefix
+    return prefix
 
 
 def _head(response: HttpResponse, keep_alive: bool) -> list[bytes]:
