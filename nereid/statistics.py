@@ -43,6 +43,12 @@ REQUEST_DURATION_BUCKETS_US = (
 )  # fmt: skip
 
 
+# The same bounds in nanoseconds, as requests are timed: a duration falls in the same bucket as its value
+# in microseconds would, found by comparing integers (cheaper, on every request, than dividing first).
+_QUEUE_DELAY_BOUNDS_NS = tuple(bound * 1000 for bound in QUEUE_DELAY_BUCKETS_US)
+_REQUEST_DURATION_BOUNDS_NS = tuple(bound * 1000 for bound in REQUEST_DURATION_BUCKETS_US)
+
+
 # Triton's default buckets of nv_inference_first_response_histogram_ms (a config's `model_metrics` may
 # name others).
 FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
@@ -173,8 +179,8 @@ class ModelStatistics:
         self.compute_infer.ns += infer_ns
         self.compute_output.count += 1
         self.compute_output.ns += output_ns
-        self.queue_delays[bisect.bisect_left(QUEUE_DELAY_BUCKETS_US, queue_ns / 1000)] += 1
-        self.request_durations[bisect.bisect_left(REQUEST_DURATION_BUCKETS_US, request_ns / 1000)] += 1
+        self.queue_delays[bisect.bisect_left(_QUEUE_DELAY_BOUNDS_NS, queue_ns)] += 1
+        self.request_durations[bisect.bisect_left(_REQUEST_DURATION_BOUNDS_NS, request_ns)] += 1
         if self.summaries is not None:
             self.summaries.observe(request_ns, queue_ns, input_ns, infer_ns, output_ns)
 
