@@ -1,5 +1,6 @@
 """Response heads written from remembered prefixes: byte for byte the head built afresh, whatever the
-status, headers, body size and keep-alive, and the table of prefixes stays bounded."""
+status, headers, body size and keep-alive; the tables of prefixes and of infer responses' length headers
+stay bounded."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 
 import pytest
 
-from nereid.frontends.http import error_response, protocol
+from nereid.frontends.http import app, error_response, protocol
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse, HttpServer, _Connection
 
 OCTET = (b"content-type", b"application/octet-stream")
@@ -91,3 +92,17 @@ def test_the_table_is_bounded_when_header_values_keep_changing() -> None:
         response = HttpResponse(200, b"z", [OCTET, (b"inference-header-content-length", b"%d" % length)])
         assert _written(response, True) == _fresh(response, True)
         assert len(protocol._PREFIXES) <= protocol._MAX_PREFIXES
+
+
+def test_infer_responses_name_their_json_length_and_each_has_headers_of_its_own() -> None:
+    app._HEADER_LENGTHS.clear()
+    for json_length in [0, 7, 7, 123456, *range(2 * app._MAX_HEADER_LENGTHS)]:
+        response = app._infer_response(b"x" * 10, json_length)
+        assert response.headers == [
+            (b"content-type", b"application/octet-stream"),
+            (b"inference-header-content-length", str(json_length).encode()),
+        ]
+        response.headers.append((b"content-encoding", b"gzip"))  # as compression does, to this one only
+        assert len(app._HEADER_LENGTHS) <= app._MAX_HEADER_LENGTHS
+    assert app._infer_response(b"{}", None).headers == [(b"content-type", b"application/json")]
+    assert app._infer_response(b"x" * 10, 7).headers[2:] == []

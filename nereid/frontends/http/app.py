@@ -431,9 +431,21 @@ class _InferReply(DeferredResponse):
 def _infer_response(payload: bytes, json_length: int | None) -> HttpResponse:
     if json_length is None:
         return HttpResponse(200, payload, [_JSON])
-    return HttpResponse(
-        200, payload, [_OCTET, (b"inference-header-content-length", str(json_length).encode())]
-    )
+    length = _HEADER_LENGTHS.get(json_length) or _header_length(json_length)
+    return HttpResponse(200, payload, [_OCTET, length])
+
+
+# The inference-header-content-length header of a binary response, by the length it gives: responses to
+# one kind of request repeat one length. Bounded, for lengths that vary without end.
+_HEADER_LENGTHS: dict[int, tuple[bytes, bytes]] = {}
+_MAX_HEADER_LENGTHS = 256
+
+
+def _header_length(json_length: int) -> tuple[bytes, bytes]:
+    if len(_HEADER_LENGTHS) >= _MAX_HEADER_LENGTHS:
+        _HEADER_LENGTHS.clear()
+    header = _HEADER_LENGTHS[json_length] = (b"inference-header-content-length", b"%d" % json_length)
+    return header
 
 
 def _error_reply(exc: BaseException, request: HttpRequest) -> HttpResponse:
