@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nereid.tracing.config import LEVEL_OFF, LEVEL_TENSORS
+from nereid.tracing.config import LEVEL_OFF, LEVEL_TENSORS, LEVEL_TIMESTAMPS
 from nereid.tracing.records import Layout, TraceFormatter, keep
 from nereid.tracing.trace import RequestTrace
 
@@ -98,6 +98,9 @@ class TraceSetting:
         specified: frozenset[str] = frozenset(),
     ) -> None:
         self.level = level
+        # what its traces record, as flags read once a trace (a test of `level` costs more)
+        self.timestamps = bool(level & LEVEL_TIMESTAMPS)
+        self.tensors = bool(level & LEVEL_TENSORS)
         self.rate = rate
         self.count = count
         self.log_frequency = log_frequency

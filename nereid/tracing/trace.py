@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import orjson
 
-from nereid.tracing.config import LEVEL_TENSORS, LEVEL_TIMESTAMPS
 from nereid.tracing.records import tensor_text
 
 if TYPE_CHECKING:
@@ -122,9 +121,8 @@ class RequestTrace:
         # times first), and TENSORS records.
         # the model's record: its name, version, request id, and how many timestamps come before it
         self.head: tuple[str, int, str, int] | None = None
-        level = setting.level
-        self.stamps: list[str | int] | None = [*received] if level & LEVEL_TIMESTAMPS else None
-        self.tensors: list[bytes] | None = [] if level & LEVEL_TENSORS else None
+        self.stamps: list[str | int] | None = [*received] if setting.timestamps else None
+        self.tensors: list[bytes] | None = [] if setting.tensors else None
 
     @staticmethod
     def root(setting: TraceSetting, ids: Iterator[int], received: tuple[str | int, ...]) -> RequestTrace:
@@ -140,9 +138,8 @@ class RequestTrace:
         trace.executed = None
         trace.complete = 0
         trace.head = None
-        level = setting.level
-        trace.stamps = [*received] if level & LEVEL_TIMESTAMPS else None
-        trace.tensors = [] if level & LEVEL_TENSORS else None
+        trace.stamps = [*received] if setting.timestamps else None
+        trace.tensors = [] if setting.tensors else None
         return trace
 
     def child(self) -> RequestTrace:

@@ -269,3 +269,14 @@ def test_infer_response_complete_taken_as_an_attribute_is_recorded_in_its_place(
         r for r in records if r.get("timestamps", [{}])[0].get("name") == "INFER_RESPONSE_COMPLETE"
     )
     assert complete["timestamps"][0]["ns"] == 3
+
+
+def test_what_a_trace_records_follows_its_settings_level(tmp_path: Path) -> None:
+    manager = _manager(tmp_path, level=LEVEL_TENSORS)
+    trace = _sample(manager)
+    assert trace.stamps is None and trace.tensors == []
+    manager.update("m", SettingUpdate(level=LEVEL_TIMESTAMPS))
+    trace = _sample(manager)
+    assert trace.stamps == [] and trace.tensors is None
+    trace = _sample(manager, "other")  # the global setting still traces tensors only
+    assert trace.stamps is None and trace.tensors == []
