@@ -94,20 +94,14 @@ class Admission(RequestTiming):
         model.inflight += 1
         try:
             layout = request.layout
-            names = None if layout is None else model.checked_layouts.get(layout)
-            if names is not None:
-                # A layout that passed the checks before (request_checks.checked_request, whose table this
-                # reads in place): nothing to check again, and never shared memory.
-                inputs = {tensor.name: tensor.data for tensor in reversed(request.inputs)}
-                self.wanted = request.outputs or model.all_outputs
-            else:
+            if layout is None or layout not in model.checked_layouts:  # a checked layout: no shared memory
                 self._checked(request, shared_memory, stream)
-                inputs, self.wanted, names = checked_request(model, request)
-                if request.outputs and shared_memory is not None and layout is None:
-                    regions = {o.name: o.shared_memory for o in self.wanted if o.shared_memory is not None}
-                    if regions:
-                        check_outputs_fit(shared_memory, regions)
-                        self._regions = regions
+            inputs, self.wanted, names = checked_request(model, request)
+            if request.outputs and shared_memory is not None and layout is None:
+                regions = {o.name: o.shared_memory for o in self.wanted if o.shared_memory is not None}
+                if regions:
+                    check_outputs_fit(shared_memory, regions)
+                    self._regions = regions
             # the request as backends see it; the HTTP frontend's own parameter is not the model's
             parameters = request.parameters
             if "binary_data_output" in parameters:
