@@ -188,7 +188,9 @@ class TraceSetting:
             layout = formatter.layouts.get(key) or formatter.layout(key)
             if key in formatter.layouts:
                 self._last = (head, names, layout)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`, whose enter and exit are a sixth of this keeping
+        try:
             self._in_flight -= 1
             self._kept.append(layout)
             values = self._values
@@ -197,6 +199,8 @@ class TraceSetting:
             self._in_stream += 1  # nothing counted: no count to reach
             batch = self._take() if self._in_stream >= self._batch else None
             finished = self._retired and self._flying() == 0
+        finally:
+            lock.release()
         if batch is not None:
             self._save(batch, indexed=True)
         if finished:
