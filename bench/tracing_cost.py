@@ -18,7 +18,6 @@ import argparse
 import contextlib
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
@@ -55,16 +54,14 @@ def traced_requests(manager: TraceManager, count: int, until: str = "write") -> 
     return (time.thread_time_ns() - started) / count / 1000
 
 
-@contextlib.contextmanager
-def stage(until: str) -> Iterator[None]:
+def stage(until: str) -> contextlib.AbstractContextManager[object]:
     """A trace's life cut after its send times (`send`: the setting keeps nothing) or once kept (`keep`:
     no batch is formatted nor written)."""
-    with contextlib.ExitStack() as stack:
-        if until == "send":
-            stack.enter_context(mock.patch.object(TraceSetting, "write_trace", lambda self, trace: None))
-        elif until == "keep":
-            stack.enter_context(mock.patch.object(TraceSetting, "_save", lambda self, batch, indexed: None))
-        yield
+    if until == "send":
+        return mock.patch.object(TraceSetting, "write_trace", lambda self, trace: None)
+    if until == "keep":
+        return mock.patch.object(TraceSetting, "_save", lambda self, batch, indexed: None)
+    return contextlib.nullcontext()
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nereid.tracing.config import LEVEL_OFF, LEVEL_TENSORS, LEVEL_TIMESTAMPS, TraceConfig
+from nereid.tracing.config import LEVEL_OFF, TraceConfig
 from nereid.tracing.settings import SettingUpdate, TraceFile, TraceSetting
 from nereid.tracing.trace import RequestTrace
 
@@ -83,9 +83,9 @@ class TraceManager:
         if setting.level == LEVEL_OFF:
             levels.append("OFF")
         else:
-            if setting.level & LEVEL_TIMESTAMPS:
+            if setting.timestamps:
                 levels.append("TIMESTAMPS")
-            if setting.level & LEVEL_TENSORS:
+            if setting.tensors:
                 levels.append("TENSORS")
         answer: SettingAnswer = [
             ("trace_level", levels),

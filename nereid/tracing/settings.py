@@ -137,7 +137,7 @@ class TraceSetting:
             self.reason = ""
             self.every = rate == 1 and count < 0
         # whether `write_trace` keeps a trace inline: every request sampled, no tensors traced
-        self._plain = self.every and not level & LEVEL_TENSORS
+        self._plain = self.every and not self.tensors
 
     @property
     def valid(self) -> bool:
