@@ -41,7 +41,8 @@ from nereid.types import InferRequest, InferResponse, InferTensor, InputLayout, 
 MAX_LAYOUTS = 256
 # The wire datatypes whose raw contents are a plain array, and their numpy types.
 _ARRAY_DTYPES = {datatype: numpy_dtype(datatype) for datatype in WIRE_DATATYPES if datatype != "BYTES"}
-_RAW_TAG_SIZE = 1  # raw_input_contents is field 7, length-delimited: a one-byte tag
+_RAW_INPUT_TAG = b"\x3a"  # raw_input_contents: field 7, length-delimited
+_RAW_TAG_SIZE = len(_RAW_INPUT_TAG)
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # hashed by identity: model versions keep the checked ones
@@ -54,6 +55,22 @@ class Layout:
     inputs: tuple[InputLayout, ...]
     outputs: tuple[str, ...] | None
     parameters: Parameters  # plain ones only; each request gets its own copy
+    # each input's raw contents field's tag and size, as a serializer writes them; and those fields' size
+    raw_heads: tuple[bytes, ...]
+    raw_size: int
+
+    def parsed(self, payload: bytes, start: int) -> InferRequest | None:
+        """The request whose raw contents' fields are `payload[start:]`: one field an input, with its
+        input's size; else None."""
+        contents = []
+        at = start
+        for head, spec in zip(self.raw_heads, self.inputs, strict=True):
+            data = at + len(head)
+            if payload[at:data] != head:
+                return None
+            at = data + spec.byte_size
+            contents.append(payload[data:at])
+        return self.request(contents) if at == len(payload) else None
 
     def request(self, contents: list[bytes]) -> InferRequest | None:
         """The request with these raw contents; None when one has not its input's size (the general
@@ -115,7 +132,18 @@ def _layout(prefix: bytes, raw_count: int) -> Layout | None:
         if any(output.parameters for output in message.outputs):
             return None
         outputs = tuple(output.name for output in message.outputs)
-    return Layout(message.model_name, message.model_version, message.id, tuple(inputs), outputs, parameters)
+    heads = tuple(_RAW_INPUT_TAG + _varint(spec.byte_size) for spec in inputs)
+    raw_size = sum(len(head) + spec.byte_size for head, spec in zip(heads, inputs, strict=True))
+    return Layout(
+        message.model_name,
+        message.model_version,
+        message.id,
+        tuple(inputs),
+        outputs,
+        parameters,
+        heads,
+        raw_size,
+    )
 
 
 class LayoutCache:
@@ -123,6 +151,18 @@ class LayoutCache:
 
     def __init__(self) -> None:
         self._layouts: dict[bytes, Layout | None] = {}
+        self._raw_sizes: dict[int, int] = {}  # a request's size: the raw contents' of a layout that size
+
+    def known(self, payload: bytes) -> InferRequest | None:
+        """The request in `payload` when it is laid out as a layout seen before (not parsed); else None."""
+        raw_size = self._raw_sizes.get(len(payload))
+        if raw_size is None:
+            return None
+        start = len(payload) - raw_size
+        layout = self._layouts.get(payload[:start])
+        if layout is None or layout.raw_size != raw_size:
+            return None
+        return layout.parsed(payload, start)
 
     def decode(self, message: pb.ModelInferRequest, payload: bytes) -> InferRequest:
         """What `decode_infer_request(message)` gives, `payload` being the message's bytes."""
@@ -138,7 +178,10 @@ class LayoutCache:
             except KeyError:
                 if len(layouts) >= MAX_LAYOUTS:
                     layouts.clear()
+                    self._raw_sizes.clear()
                 layout = layouts[prefix] = _layout(prefix, len(contents))
+                if layout is not None and layout.raw_size == size:
+                    self._raw_sizes[len(payload)] = size
             if layout is not None:
                 request = layout.request(contents)
                 if request is not None:

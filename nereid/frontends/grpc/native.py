@@ -86,13 +86,16 @@ class NativeServer(pygrpc_native.aio.Server):
         limit = self._receive_limit
         if limit is not None and len(payload) > limit:
             return False
-        try:
-            message = pb.ModelInferRequest.FromString(payload)
-        except Exception:
-            return False  # the general path logs it and answers INTERNAL, as grpc does
         servicer = self._servicer
+        metadata = details[0] if details else ()
         try:
-            request = servicer.decode(message, details[0] if details else (), payload)
+            request = servicer.decode_known(payload, metadata)
+            if request is None:
+                try:
+                    message = pb.ModelInferRequest.FromString(payload)
+                except Exception:
+                    return False  # the general path logs it and answers INTERNAL, as grpc does
+                request = servicer.decode(message, metadata, payload)
             queued = servicer.queue(request)
         except NereidError as exc:
             self._front.fail(call_id, GRPC_STATUS[exc.status].value[0], exc.message)  # type: ignore[union-attr]

@@ -200,24 +200,39 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         """The engine's request, with its forwarded headers and, when sampled, its trace; raises the
         NereidError to answer instead. `payload`, the message's bytes where the core has them, lets a
         request laid out as an earlier one be decoded from that one's layout."""
-        tracer = self._tracer
-        received = time.perf_counter_ns() if tracer.active else 0
+        received = time.perf_counter_ns() if self._tracer.active else 0
         try:
             if payload is None:
                 request = decode_infer_request(message)
             else:
                 request = self._layouts.decode(message, payload)
-            if self._forwarding is not None:
-                self._forwarding.add_parameters(metadata, request.parameters)
-            if received:  # the read's times go with the sample (one call where three would do)
-                request.trace = tracer.sample(
-                    message.model_name,
-                    metadata,
-                    (GRPC_WAITREAD_START, received, GRPC_WAITREAD_END, time.perf_counter_ns()),
-                )
+            self._received(request, metadata, received)
         except Exception as exc:
             raise _infer_error(exc, message.model_name) from None
         return request
+
+    def decode_known(self, payload: bytes, metadata: Sequence[tuple[str, Any]] = ()) -> InferRequest | None:
+        """`decode` of a message laid out as one before, from its bytes alone (see layouts.py); None where
+        it is not, and `decode` takes the parsed message."""
+        received = time.perf_counter_ns() if self._tracer.active else 0
+        request = self._layouts.known(payload)
+        if request is not None:
+            try:
+                self._received(request, metadata, received)
+            except Exception as exc:
+                raise _infer_error(exc, request.model_name) from None
+        return request
+
+    def _received(self, request: InferRequest, metadata: Sequence[tuple[str, Any]], received: int) -> None:
+        """The headers forwarded as parameters, and the trace when the request is sampled."""
+        if self._forwarding is not None:
+            self._forwarding.add_parameters(metadata, request.parameters)
+        if received:  # the read's times go with the sample (one call where three would do)
+            request.trace = self._tracer.sample(
+                request.model_name,
+                metadata,
+                (GRPC_WAITREAD_START, received, GRPC_WAITREAD_END, time.perf_counter_ns()),
+            )
 
     def queue(self, request: InferRequest) -> QueuedInfer | None:
         """The request admitted and queued, to be answered by callback (see Engine.infer_queued); None

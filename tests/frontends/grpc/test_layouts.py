@@ -70,6 +70,9 @@ def _same(cache: LayoutCache, message: pb.ModelInferRequest, payload: bytes | No
     payload = message.SerializeToString() if payload is None else payload
     parsed = pb.ModelInferRequest.FromString(payload)
     expected = _outcome(decode_infer_request, parsed)
+    known = cache.known(payload)  # from its bytes alone, where laid out as a layout already learned
+    if known is not None:
+        assert _read(known) == expected
     assert _outcome(cache.decode, parsed, payload) == expected
     return expected
 
@@ -156,6 +159,29 @@ def test_a_request_shaped_like_an_earlier_one_but_not_sized_like_it_is_refused_i
     more = _message([1.0, 2.0])
     more.raw_input_contents.append(b"\0" * 8)
     _same(cache, more)
+
+
+def test_a_request_laid_out_as_an_earlier_one_is_decoded_from_its_bytes_alone() -> None:
+    """Its size, the bytes before its raw contents and its raw contents' fields say it is an earlier one's
+    layout: no protobuf parse. Any of them otherwise, and the parsed message is decoded."""
+    cache = LayoutCache()
+    first = _message([1.0, 2.0]).SerializeToString()
+    assert cache.known(first) is None  # no layout learned yet
+    _same(cache, _message([1.0, 2.0]))
+    payload = _message([3.0, 4.0]).SerializeToString()
+    known = cache.known(payload)
+    assert known is not None
+    assert [t.data.tolist() for t in known.inputs] == [[[3.0, 4.0]], [[3.0, 4.0]]]
+    assert known.inputs[0].data.flags.aligned and not known.inputs[0].data.flags.writeable
+    other = _message([3.0, 4.0])
+    other.model_name = "add_suc"  # as long, but other bytes before the raw contents
+    assert cache.known(other.SerializeToString()) is None
+    # as many bytes of raw contents in all, but not one input's each: the general decoder words it
+    prefix = payload[: len(payload) - 2 * (2 + 8)]
+    uneven = prefix + b"\x3a\x04" + b"\0" * 4 + b"\x3a\x0c" + b"\0" * 12
+    assert len(uneven) == len(payload) and cache.known(uneven) is None
+    outcome = _same(cache, _message([1.0, 2.0]), uneven)
+    assert isinstance(outcome[1], str) and "byte size mismatch" in outcome[1]
 
 
 def test_raw_contents_written_before_other_fields_are_read_right() -> None:
