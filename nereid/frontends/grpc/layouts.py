@@ -180,9 +180,9 @@ class LayoutCache:
                     layouts.clear()
                     self._raw_sizes.clear()
                 layout = layouts[prefix] = _layout(prefix, len(contents))
-                if layout is not None and layout.raw_size == size:
-                    self._raw_sizes[len(payload)] = size
             if layout is not None:
+                if layout.raw_size == size:  # its next requests of this size: `known`
+                    self._raw_sizes[len(payload)] = size
                 request = layout.request(contents)
                 if request is not None:
                     return request
