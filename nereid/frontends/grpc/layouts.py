@@ -59,28 +59,33 @@ class Layout:
     raw_heads: tuple[bytes, ...]
     raw_size: int
 
-    def parsed(self, payload: bytes, start: int) -> InferRequest | None:
-        """The request whose raw contents' fields are `payload[start:]`: one field an input, with its
-        input's size; else None."""
+    def parsed(self, payload: bytes) -> InferRequest | None:
+        """The request whose last `raw_size` bytes are its raw contents' fields, one an input with its
+        input's size, as a serializer writes them; else None."""
         contents = []
-        at = start
+        at = len(payload) - self.raw_size
         for head, spec in zip(self.raw_heads, self.inputs, strict=True):
             data = at + len(head)
             if payload[at:data] != head:
                 return None
             at = data + spec.byte_size
             contents.append(payload[data:at])
-        return self.request(contents) if at == len(payload) else None
+        return self._request(contents)
 
     def request(self, contents: list[bytes]) -> InferRequest | None:
         """The request with these raw contents; None when one has not its input's size (the general
         decoder words that)."""
         if len(contents) != len(self.inputs):
             return None
-        inputs = []
         for spec, data in zip(self.inputs, contents, strict=True):
             if len(data) != spec.byte_size:
                 return None
+        return self._request(contents)
+
+    def _request(self, contents: list[bytes]) -> InferRequest:
+        """The request with these raw contents, one an input with its input's size."""
+        inputs = []
+        for spec, data in zip(self.inputs, contents, strict=True):
             array = np.ndarray(spec.shape, spec.dtype, data)  # a read-only view, as frombuffer gives
             inputs.append(InferTensor(spec.name, spec.datatype, spec.shape, array, {}))
         outputs = None
@@ -158,11 +163,10 @@ class LayoutCache:
         raw_size = self._raw_sizes.get(len(payload))
         if raw_size is None:
             return None
-        start = len(payload) - raw_size
-        layout = self._layouts.get(payload[:start])
+        layout = self._layouts.get(payload[: len(payload) - raw_size])
         if layout is None or layout.raw_size != raw_size:
             return None
-        return layout.parsed(payload, start)
+        return layout.parsed(payload)
 
     def decode(self, message: pb.ModelInferRequest, payload: bytes) -> InferRequest:
         """What `decode_infer_request(message)` gives, `payload` being the message's bytes."""
