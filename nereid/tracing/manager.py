@@ -16,8 +16,6 @@ from nereid.tracing.config import LEVEL_OFF, TraceConfig
 from nereid.tracing.settings import SettingUpdate, TraceFile, TraceSetting
 from nereid.tracing.trace import RequestTrace
 
-_root_trace = RequestTrace.root
-
 # One answer of the trace extension: setting name -> value, a list for trace_level (and for a setting
 # given more than once), a string otherwise; in Triton's order.
 SettingAnswer = list[tuple[str, str | list[str]]]
@@ -61,7 +59,7 @@ class TraceManager:
         if exporter is None:  # Triton mode: nothing forces a sample, and a setting OFF samples nothing
             if setting.every:  # `start`'s common case inline: the trace, counted with no lock
                 next(setting.started)
-                return _root_trace(setting, self._ids, received)
+                return setting.new_trace(setting, self._ids, received)
             return setting.start(self._ids, received)
         if setting.level == LEVEL_OFF:
             return None

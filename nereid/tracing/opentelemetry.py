@@ -153,10 +153,6 @@ class SpanTrace(RequestTrace):
     def now(self, name: str) -> None:
         self.timestamp(name, time.perf_counter_ns())
 
-    def received(self, start_name: str, start: int, end_name: str, end: int) -> None:
-        self.timestamp(start_name, start)
-        self.timestamp(end_name, end)
-
     def sent(self, start_name: str, start: int, end_name: str) -> None:
         self.timestamp(start_name, start)
         self.now(end_name)

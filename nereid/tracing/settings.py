@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from nereid.tracing.config import LEVEL_OFF, LEVEL_TENSORS, LEVEL_TIMESTAMPS
 from nereid.tracing.records import Layout, TraceFormatter, keep
-from nereid.tracing.trace import RequestTrace
+from nereid.tracing.trace import PLAIN_NAMES, PlainTrace, RequestTrace
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -124,8 +124,8 @@ class TraceSetting:
         self._retired = False
         self._batch = log_frequency or 1 << 62  # traces kept before they are written
         self.every = False  # whether every request is sampled, none counted (valid, rate 1, no count)
-        # the model's record, timestamp names and layout of the last trace written that has a layout kept
-        self._last: tuple[object, list[str | int] | None, Layout | None] = (None, None, None)
+        # the model's record, frontend's names and layout of the last plain trace kept whose layout is kept
+        self._last_row: tuple[object, ...] = (None,) * 6
         self.groups_lock = threading.Lock()  # a trace's first child makes its group under it
         if level == LEVEL_OFF:
             self.reason = "tracing is disabled"
@@ -136,8 +136,10 @@ class TraceSetting:
         else:
             self.reason = ""
             self.every = rate == 1 and count < 0
-        # whether `write_trace` keeps a trace inline: every request sampled, no tensors traced
-        self._plain = self.every and not self.tensors
+        # how its traces are made: plain ones where every request is sampled for its timestamps alone
+        self.new_trace = (
+            PlainTrace.root if self.every and not self.tensors and mode == "triton" else _root_trace
+        )
 
     @property
     def valid(self) -> bool:
@@ -150,7 +152,7 @@ class TraceSetting:
             next(self.started)
         elif not self.sample():
             return None
-        return _root_trace(self, ids, received)
+        return self.new_trace(self, ids, received)
 
     def sample(self, force: bool = False) -> bool:
         """Whether this request is traced: every `rate`-th request while `count` lasts, or any request
@@ -174,29 +176,41 @@ class TraceSetting:
     def write_trace(self, trace: RequestTrace) -> None:
         """A sampled trace without children finished: keep it, and write the traces kept to
         `<file>.<index>` once `count` traces were collected or every `log_frequency` traces."""
-        stamps = trace.stamps
-        if not (self._plain and stamps) or trace.parent_id:
-            self.write_group((trace,))
-            return
-        # the common trace, `keep` inline: its layout (most often the last one's), its id, its ns
-        head = trace.head
-        names = stamps[0::2]
-        last_head, last_names, layout = self._last  # one tuple: threads may replace it meanwhile
-        if names != last_names or head != last_head:
-            key = (head, False, *names)
+        self.write_group((trace,))
+
+    def write_row(
+        self,
+        head: tuple[str, int, str, int],
+        received: str,
+        read: str,
+        sending: str,
+        sent: str,
+        row: tuple[int, ...],
+    ) -> None:
+        """A plain trace finished (see `PlainTrace`): its model's record `head`, the names of its frontend's
+        receive and send times, and its id and every timestamp's ns in order, as `write_trace` keeps it."""
+        last = self._last_row  # one tuple: threads may replace it meanwhile
+        if (
+            head == last[0]
+            and received is last[1]
+            and read is last[2]
+            and sending is last[3]
+            and sent is last[4]
+        ):
+            layout: Layout = last[5]  # type: ignore[assignment]
+        else:
+            key = (head, False, received, read, *PLAIN_NAMES, sending, sent)
             formatter = self.file.formatter
             layout = formatter.layouts.get(key) or formatter.layout(key)
-            if key in formatter.layouts:
-                self._last = (head, names, layout)
+            if key in formatter.layouts:  # kept there (no request id): worth remembering
+                self._last_row = (head, received, read, sending, sent, layout)
         lock = self._lock
         lock.acquire()  # not `with`, whose enter and exit are a sixth of this keeping
         try:
             self._in_flight -= 1
             self._kept.append(layout)
-            values = self._values
-            values.append(trace.id)
-            values += stamps[1::2]  # type: ignore[arg-type]
-            self._in_stream += 1  # nothing counted: no count to reach
+            self._values += row
+            self._in_stream += 1  # nothing counted: a plain setting has no count to reach
             batch = self._take() if self._in_stream >= self._batch else None
             finished = self._retired and self._flying() == 0
         finally:

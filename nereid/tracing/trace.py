@@ -3,9 +3,10 @@ calls), each a `RequestTrace` with an id of its own and its parent's id, all han
 sampled them when the last of them closes (Triton's TraceManager::Trace).
 
 While its request runs a trace only keeps raw values: a timestamp is a name and an int added to a flat
-list, the model's record a few plain fields. When the trace (with its children) closes, its setting keeps
-its layout and its ints (`records.py`) and writes them with the rest of its batch every `log-frequency`
-traces. What a trace records after it closed is not written: Triton too writes a trace once it is
+list, the model's record a few plain fields; a `PlainTrace`, the common request's under the common
+setting, keeps its times in fields until it is sent. When the trace (with its children) closes, its
+setting keeps its layout and its ints (`records.py`) and writes them with the rest of its batch every
+`log-frequency` traces. What a trace records after it closed is not written: Triton too writes a trace once it is
 released.
 
 Timestamps are `time.perf_counter_ns()` values, which on Linux read CLOCK_MONOTONIC, the clock Triton's
@@ -17,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -126,21 +127,9 @@ class RequestTrace:
 
     @staticmethod
     def root(setting: TraceSetting, ids: Iterator[int], received: tuple[str | int, ...]) -> RequestTrace:
-        """`RequestTrace(setting, ids, 0, received)`, field for field, with no `__init__` run: the request
-        path's way (a class call costs a frame more than a function)."""
-        trace = _new_trace(RequestTrace)
-        trace.setting = setting
-        trace._ids = ids
-        trace.id = next(ids)
-        trace.parent_id = 0
-        trace._group = None
-        trace._closed = False
-        trace.executed = None
-        trace.complete = 0
-        trace.head = None
-        trace.stamps = [*received] if setting.timestamps else None
-        trace.tensors = [] if setting.tensors else None
-        return trace
+        """`RequestTrace(setting, ids, 0, received)`, field for field (see `_rooted`)."""
+        stamps = [*received] if setting.timestamps else None
+        return _rooted(RequestTrace, setting, ids, stamps, [] if setting.tensors else None)
 
     def child(self) -> RequestTrace:
         """The trace of a request this one spawned (an ensemble step, a BLS call); its creator closes it."""
@@ -201,12 +190,6 @@ class RequestTrace:
                 self.complete = 0
                 stamps += (INFER_RESPONSE_COMPLETE, complete)
             stamps += (name, _perf_counter_ns())
-
-    def received(self, start_name: str, start: int, end_name: str, end: int) -> None:
-        """The frontend's two receive times (one call where two `timestamp`s would do)."""
-        stamps = self.stamps
-        if stamps is not None:
-            stamps += (start_name, start, end_name, end)
 
     def sent(self, start_name: str, start: int, end_name: str) -> None:
         """The response was handed on, from `start` to now: both times recorded, then the trace closes."""
@@ -310,3 +293,163 @@ class RequestTrace:
             },
         }
         return orjson.dumps(record)
+
+
+def _rooted(
+    cls: type[RequestTrace],
+    setting: TraceSetting,
+    ids: Iterator[int],
+    stamps: list[str | int] | None,
+    tensors: list[bytes] | None,
+) -> RequestTrace:
+    """A root trace of `cls` as `RequestTrace()` makes one, with no `__init__` run: the request path's
+    way (a class call costs a frame more than a function)."""
+    trace = _new_trace(cls)
+    trace.setting = setting
+    trace._ids = ids
+    trace.id = next(ids)
+    trace.parent_id = 0
+    trace._group = None
+    trace._closed = False
+    trace.executed = None
+    trace.complete = 0
+    trace.head = None
+    trace.stamps = stamps
+    trace.tensors = tensors
+    return trace
+
+
+# The names of a plain trace's timestamps between the frontend's receive and send times, in order.
+PLAIN_NAMES = (
+    "REQUEST_START",
+    "QUEUE_START",
+    _C_START,
+    _C_INPUT,
+    _C_OUTPUT,
+    _C_END,
+    "REQUEST_END",
+    INFER_RESPONSE_COMPLETE,
+)
+
+
+class PlainTrace(RequestTrace):
+    """A trace under a plain setting (Triton mode, TIMESTAMPS only, every request sampled) while its
+    request takes the common way: received, admitted, executed once, released, answered, sent. Its times
+    wait in fields, with no list of timestamps, and are kept as one row of ints when it is sent.
+
+    Any other step first turns it into a `RequestTrace` (`_general`: the list its times would be in), and
+    it records as one from there on, so that what it writes never depends on the way its request took.
+    """
+
+    __slots__ = ("received", "start", "queued", "end")
+    received: tuple[str | int, ...]  # the frontend's receive times: name, ns, name, ns
+    start: int  # REQUEST_START (0: not admitted yet)
+    queued: int  # QUEUE_START
+    end: int  # REQUEST_END (0: not released yet)
+
+    @staticmethod
+    def root(setting: TraceSetting, ids: Iterator[int], received: tuple[str | int, ...]) -> RequestTrace:
+        """A root trace under `setting`, plain where the frontend gave its two receive times."""
+        if len(received) != 4:
+            return RequestTrace.root(setting, ids, received)
+        trace: PlainTrace = _rooted(PlainTrace, setting, ids, None, None)  # type: ignore[assignment]
+        trace.received = received  # and no list of timestamps (None) while it is plain
+        trace.start = trace.queued = trace.end = 0
+        return trace
+
+    def _general(self) -> None:
+        """Leave the common way: its times so far into the list a `RequestTrace` keeps, in their order."""
+        if self.stamps is not None:
+            return
+        stamps = self.stamps = [*self.received]
+        if self.start:
+            stamps += ("REQUEST_START", self.start, "QUEUE_START", self.queued)
+        if self.end:  # released after its execution, left in `executed`: recorded as `request_end` does
+            RequestTrace.request_end(self, (), self.end)
+
+    # the common way
+    def admitted(
+        self,
+        model_name: str,
+        model_version: int,
+        request_id: str,
+        start: int,
+        queued: int,
+        inputs: Iterable[InferTensor],
+    ) -> None:
+        if self.stamps is None and not self.start:
+            self.head = (model_name, model_version, request_id, 2)  # after the two receive times
+            self.start = start
+            self.queued = queued
+            return
+        self._general()
+        RequestTrace.admitted(self, model_name, model_version, request_id, start, queued, inputs)
+
+    def request_end(self, outputs: Iterable[InferTensor] = (), ns: int = 0) -> None:
+        if self.stamps is None and self.start and not self.end and self.executed is not None:
+            self.end = ns or _pc()  # the execution stays in `executed` until the row is made
+            return
+        self._general()
+        RequestTrace.request_end(self, outputs, ns)
+
+    def sent(self, start_name: str, start: int, end_name: str) -> None:
+        complete = self.complete
+        if self.stamps is None and self.end and complete:  # the whole common way: one row
+            self._closed = True
+            received: tuple[Any, ...] = self.received
+            executed: tuple[int, int, int] = self.executed  # type: ignore[assignment]
+            compute = executed[0]
+            self.setting.write_row(
+                self.head,  # type: ignore[arg-type]
+                received[0],
+                received[2],
+                start_name,
+                end_name,
+                (
+                    self.id,
+                    received[1],
+                    received[3],
+                    self.start,
+                    self.queued,
+                    compute,
+                    compute,
+                    executed[1],
+                    executed[2],
+                    self.end,
+                    complete,
+                    start,
+                    _pc(),
+                ),
+            )
+            return
+        self._general()
+        RequestTrace.sent(self, start_name, start, end_name)
+
+    # every other step: as a RequestTrace
+    def close(self) -> None:
+        self._general()
+        RequestTrace.close(self)
+
+    def child(self) -> RequestTrace:
+        self._general()
+        return RequestTrace.child(self)
+
+    def timestamp(self, name: str, ns: int) -> None:
+        self._general()
+        RequestTrace.timestamp(self, name, ns)
+
+    def now(self, name: str) -> None:
+        self._general()
+        RequestTrace.now(self, name)
+
+    def request_start(self, model_name: str, model_version: int, request_id: str, ns: int) -> None:
+        self._general()
+        RequestTrace.request_start(self, model_name, model_version, request_id, ns)
+
+    def queue_start(self, ns: int, inputs: Iterable[InferTensor]) -> None:
+        self._general()
+        RequestTrace.queue_start(self, ns, inputs)
+
+    def compute(self, start: int, end: int, back: int) -> None:
+        self._general()
+        RequestTrace.compute(self, start, end, back)

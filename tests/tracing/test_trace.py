@@ -4,6 +4,7 @@ formatted as Triton's trace records with its batch."""
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,13 @@ import numpy as np
 import pytest
 
 from nereid.tracing import TraceManager
+from nereid.tracing import trace as trace_module
 from nereid.tracing.config import LEVEL_TENSORS, LEVEL_TIMESTAMPS, TraceConfig
 from nereid.tracing.records import TraceFormatter
 from nereid.tracing.settings import SettingUpdate
-from nereid.tracing.trace import RequestTrace
+from nereid.tracing.trace import PlainTrace, RequestTrace
 from nereid.types import InferTensor
+from tests.tracing.test_trace_file import MODEL_ORDER
 
 
 def _manager(tmp_path: Path, **values: Any) -> TraceManager:
@@ -280,3 +283,135 @@ def test_what_a_trace_records_follows_its_settings_level(tmp_path: Path) -> None
     assert trace.stamps == [] and trace.tensors is None
     trace = _sample(manager, "other")  # the global setting still traces tensors only
     assert trace.stamps is None and trace.tensors == []
+
+
+_RECEIVED = ("HTTP_RECV_START", 1, "HTTP_RECV_END", 2)
+
+
+def _common(trace: RequestTrace) -> None:
+    trace.admitted("m", 1, "", 3, 4, ())
+    trace.executed = (5, 6, 7)
+    trace.request_end((), 8)
+    trace.complete = 9
+    trace.sent("HTTP_SEND_START", 10, "HTTP_SEND_END")
+
+
+def _cache_hit(trace: RequestTrace) -> None:  # released with no execution
+    trace.admitted("m", 1, "", 3, 4, ())
+    trace.request_end((), 8)
+    trace.complete = 9
+    trace.sent("HTTP_SEND_START", 10, "HTTP_SEND_END")
+
+
+def _cancelled(trace: RequestTrace) -> None:  # answered, never sent
+    trace.admitted("m", 1, "id-1", 3, 4, ())
+    trace.executed = (5, 6, 7)
+    trace.request_end((), 8)
+    trace.complete = 9
+    trace.close()
+
+
+def _never_released(trace: RequestTrace) -> None:
+    trace.admitted("m", 1, "", 3, 4, ())
+    trace.executed = (5, 6, 7)
+    trace.close()
+
+
+def _failed(trace: RequestTrace) -> None:  # released before it ran, sent without a response
+    trace.admitted("m", 1, "", 3, 4, ())
+    trace.request_end()
+    trace.sent("HTTP_SEND_START", 10, "HTTP_SEND_END")
+
+
+def _with_child(trace: RequestTrace) -> None:  # a BLS call made while it runs
+    trace.admitted("m", 1, "", 3, 4, ())
+    child = trace.child()
+    child.admitted("bls", 2, "", 5, 6, ())
+    trace.executed = (5, 6, 7)
+    child.close()
+    trace.request_end((), 8)
+    trace.complete = 9
+    trace.sent("HTTP_SEND_START", 10, "HTTP_SEND_END")
+
+
+def _streamed(trace: RequestTrace) -> None:  # a response written in pieces
+    trace.admitted("m", 1, "", 3, 4, ())
+    trace.executed = (5, 6, 7)
+    trace.request_end((), 8)
+    trace.now("HTTP_SEND_START")
+    trace.now("HTTP_SEND_END")
+    trace.close()
+
+
+def _admitted_twice(trace: RequestTrace) -> None:
+    trace.admitted("m", 1, "", 3, 4, ())
+    trace.admitted("m", 1, "", 5, 6, ())
+    trace.executed = (5, 6, 7)
+    trace.request_end((), 8)
+    trace.sent("HTTP_SEND_START", 10, "HTTP_SEND_END")
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [_common, _cache_hit, _cancelled, _never_released, _failed, _with_child, _streamed, _admitted_twice],
+)
+def test_a_plain_trace_writes_what_a_request_trace_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: Any
+) -> None:
+    """A plain trace keeps the common way's times in fields and writes them as one row; any other way
+    turns it into a RequestTrace's list first. Either way, its records are those of a RequestTrace that
+    took the same steps."""
+    written = []
+    for make in (RequestTrace.root, PlainTrace.root):
+        clock = itertools.count(100)
+        monkeypatch.setattr(trace_module, "_pc", clock.__next__)
+        monkeypatch.setattr(trace_module, "_perf_counter_ns", clock.__next__)
+        (tmp_path / make.__qualname__).mkdir()
+        manager = _manager(tmp_path / make.__qualname__)
+        next(manager._global.started)  # sampled, as the manager counts it
+        trace = make(manager._global, itertools.count(1), _RECEIVED)
+        assert type(trace) is (PlainTrace if make is PlainTrace.root else RequestTrace)
+        steps(trace)
+        manager.close()
+        written.append(json.loads((tmp_path / make.__qualname__ / "trace.json").read_text()))
+    assert written[1] == written[0]
+    assert any(r.get("model_name") == "m" for r in written[0])
+
+
+def test_the_common_way_keeps_no_list_until_its_trace_is_written(tmp_path: Path) -> None:
+    """Under a plain setting (every request, TIMESTAMPS, a trace file) a request with the frontend's
+    receive times is traced plain; with tensors traced, or not every request sampled, it is not."""
+    manager = _manager(tmp_path, log_frequency=1)
+    trace = manager.sample("m", received=_RECEIVED)
+    assert isinstance(trace, PlainTrace)
+    trace.admitted("m", 1, "", 3, 4, ())
+    trace.executed = (5, 6, 7)
+    trace.request_end((), 8)
+    trace.complete = 9
+    assert trace.stamps is None
+    trace.sent("HTTP_SEND_START", 10, "HTTP_SEND_END")
+    records = json.loads((tmp_path / "trace.json.0").read_text())
+    assert [r["timestamps"][0]["name"] for r in records if "timestamps" in r] == [
+        "HTTP_RECV_START",
+        "HTTP_RECV_END",
+        *MODEL_ORDER,
+        "INFER_RESPONSE_COMPLETE",
+        "HTTP_SEND_START",
+        "HTTP_SEND_END",
+    ]
+    assert type(manager.sample("m")) is RequestTrace  # no receive times
+    manager.update("m", SettingUpdate(level=LEVEL_TIMESTAMPS | LEVEL_TENSORS))
+    assert type(manager.sample("m", received=_RECEIVED)) is RequestTrace
+    manager.update("m", SettingUpdate(level=LEVEL_TIMESTAMPS, rate=2))
+    traces = [manager.sample("m", received=_RECEIVED) for _ in range(2)]
+    assert [type(t) for t in traces if t is not None] == [RequestTrace]
+    manager.close()
+
+
+def test_a_plain_root_trace_sets_every_field(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    trace = PlainTrace.root(manager._global, itertools.count(1), _RECEIVED)
+    for name in PlainTrace.__slots__ + RequestTrace.__slots__:
+        if name != "__weakref__":
+            getattr(trace, name)  # set: no AttributeError
+    manager.close()
