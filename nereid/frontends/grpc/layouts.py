@@ -203,6 +203,10 @@ def _varint(value: int) -> bytes:
 
 
 _RAW_OUTPUT_TAG = b"\x32"  # raw_output_contents: field 6, length-delimited
+_NDARRAY = np.ndarray
+# A response head's bytes, and per output: the numpy type whose arrays' bytes are its contents as they are
+# (None: BYTES), the size of the contents first seen, and the tag and size of a field of that size.
+_Head = tuple[bytes, tuple[tuple[np.dtype | None, int, bytes], ...]]
 
 
 class ResponseLayouts:
@@ -210,27 +214,44 @@ class ResponseLayouts:
     ones that said the same: the same bytes as protobuf writes, without building the message."""
 
     def __init__(self) -> None:
-        self._heads: dict[tuple[Any, ...], bytes] = {}
+        self._heads: dict[tuple[Any, ...], _Head] = {}  # by what the head says
 
     def serialize(self, response: InferResponse) -> bytes:
         if response.parameters:
             return encode_infer_response(response).SerializeToString()
+        outputs = response.outputs
         key: list[Any] = [response.model_name, response.model_version, response.id]
-        parts = []
-        for tensor in response.outputs:
+        for tensor in outputs:
             if tensor.shared_memory is not None:
                 return encode_infer_response(response).SerializeToString()
             key += (tensor.name, tensor.datatype, tuple(tensor.shape))
-            data = tensor_to_bytes(tensor.data, tensor.datatype)
-            parts += (_RAW_OUTPUT_TAG, _varint(len(data)), data)
-        heads = self._heads
         head_key = tuple(key)
-        head = heads.get(head_key)
-        if head is None:
-            message = encode_infer_response(response)
-            message.ClearField("raw_output_contents")
-            if len(heads) >= MAX_LAYOUTS:
-                heads.clear()
-            head = heads[head_key] = message.SerializeToString()
-        parts.insert(0, head)
+        layout = self._heads.get(head_key)
+        if layout is None:
+            layout = self._learn(head_key, response)
+        head, fields = layout
+        parts = [head]
+        for tensor, (dtype, size, field) in zip(outputs, fields, strict=True):
+            data = tensor.data
+            # an array of the wire's own type: its row-major bytes, as tensor_to_bytes gives them
+            if type(data) is _NDARRAY and data.dtype is dtype:
+                data = data.tobytes()
+            else:
+                data = tensor_to_bytes(data, tensor.datatype)
+            if len(data) != size:
+                field = _RAW_OUTPUT_TAG + _varint(len(data))
+            parts += (field, data)
         return b"".join(parts)
+
+    def _learn(self, key: tuple[Any, ...], response: InferResponse) -> _Head:
+        message = encode_infer_response(response)
+        fields = []
+        for tensor, data in zip(response.outputs, message.raw_output_contents, strict=True):
+            dtype = _ARRAY_DTYPES.get(tensor.datatype)
+            fields.append((dtype, len(data), _RAW_OUTPUT_TAG + _varint(len(data))))
+        message.ClearField("raw_output_contents")
+        heads = self._heads
+        if len(heads) >= MAX_LAYOUTS:
+            heads.clear()
+        layout = heads[key] = (message.SerializeToString(), tuple(fields))
+        return layout

@@ -272,3 +272,28 @@ def test_responses_are_written_as_protobuf_writes_them_first_and_again(index: in
     if response.outputs and response.outputs[0].datatype == "FP32":
         response.outputs[0].data = response.outputs[0].data + 1  # new data, the same head
         assert layouts.serialize(response) == encode_infer_response(response).SerializeToString()
+
+
+def _data_like_the_first(response: InferResponse) -> list[Any]:
+    """Data for the first output that keeps the head the same but not the way its bytes are found: other
+    numpy types, arrays not laid out in row-major order, another size."""
+    tensor = response.outputs[0]
+    if tensor.datatype == "BYTES":
+        return [np.array([b"a much longer word", b"", b"x"], dtype=np.object_)]
+    array = tensor.data
+    return [
+        array.astype(array.dtype.newbyteorder(">")),  # the same values, big-endian
+        np.asfortranarray(array.reshape(array.shape[::-1]).T) if array.ndim == 2 else array[::-1],
+        array.astype(np.float64),  # converted to the wire's type, as the general encoder does
+        array.view(np.ndarray)[..., ::1],
+    ]
+
+
+@pytest.mark.parametrize("index", [0, 2, 3])
+def test_a_known_head_with_other_data_writes_what_protobuf_writes(index: int) -> None:
+    layouts = ResponseLayouts()
+    response = _responses()[index]
+    layouts.serialize(response)  # learns the head
+    for data in _data_like_the_first(response):
+        response.outputs[0].data = data
+        assert layouts.serialize(response) == encode_infer_response(response).SerializeToString()
