@@ -261,6 +261,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def respond_serialized(self, request: InferRequest, result: InferResponse | BaseException) -> bytes:
         """`respond`, serialized (from the head of an earlier response that said the same)."""
+        if request.trace is None and not isinstance(result, BaseException):  # `_answer`'s usual case
+            try:
+                return self._responses.serialize(result)
+            except Exception as exc:
+                raise _infer_error(exc, request.model_name) from None
         return self._answer(request, result, self._responses.serialize)
 
     def _answer(

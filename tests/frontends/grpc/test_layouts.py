@@ -4,15 +4,17 @@ protobuf writes."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from nereid.errors import NereidError
+from nereid.errors import InvalidArgument, NereidError
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response
 from nereid.frontends.grpc.layouts import MAX_LAYOUTS, LayoutCache, ResponseLayouts
+from nereid.frontends.grpc.servicer import InferenceServicer
 from nereid.shared_memory import SharedMemoryRef
 from nereid.types import InferRequest, InferResponse, InferTensor
 
@@ -297,3 +299,27 @@ def test_a_known_head_with_other_data_writes_what_protobuf_writes(index: int) ->
     for data in _data_like_the_first(response):
         response.outputs[0].data = data
         assert layouts.serialize(response) == encode_infer_response(response).SerializeToString()
+
+
+def _answers(answer: Any, request: InferRequest, result: Any) -> Any:
+    try:
+        return answer(request, result)
+    except NereidError as exc:
+        return (type(exc), exc.message)
+
+
+def test_a_serialized_answer_is_the_answer_serialized_errors_included() -> None:
+    servicer = InferenceServicer(SimpleNamespace(tracer=SimpleNamespace(active=False)))  # type: ignore[arg-type]
+    request = decode_infer_request(_message([1.0]))
+    unconvertible = InferTensor("OUT", "FP32", (1,), np.array(["not a number"], dtype=np.object_))
+    results = [
+        *_responses(),
+        InferResponse("m", "1", [unconvertible]),
+        InvalidArgument("refused"),
+        RuntimeError("broken"),
+    ]
+    for result in results:
+        expected = _answers(servicer.respond, request, result)
+        if isinstance(expected, pb.ModelInferResponse):
+            expected = expected.SerializeToString()
+        assert _answers(servicer.respond_serialized, request, result) == expected
