@@ -231,7 +231,8 @@ class ResponseLayouts:
             layout = self._learn(head_key, response)
         head, fields = layout
         parts = [head]
-        for tensor, (dtype, size, field) in zip(outputs, fields, strict=True):
+        # one field per output, by the key (zip's `strict` would parse a keyword per call)
+        for tensor, (dtype, size, field) in zip(outputs, fields):  # noqa: B905
             data = tensor.data
             # an array of the wire's own type: its row-major bytes, as tensor_to_bytes gives them
             if type(data) is _NDARRAY and data.dtype is dtype:
