@@ -55,39 +55,39 @@ class Layout:
     inputs: tuple[InputLayout, ...]
     outputs: tuple[str, ...] | None
     parameters: Parameters  # plain ones only; each request gets its own copy
-    # each input's raw contents field's tag and size, as a serializer writes them; and those fields' size
-    raw_heads: tuple[bytes, ...]
+    # each input with its raw contents field's tag and size, as a serializer writes them; those fields' size
+    raw_inputs: tuple[tuple[bytes, InputLayout], ...]
     raw_size: int
 
     def parsed(self, payload: bytes) -> InferRequest | None:
         """The request whose last `raw_size` bytes are its raw contents' fields, one an input with its
         input's size, as a serializer writes them; else None."""
-        contents = []
+        inputs = []
         at = len(payload) - self.raw_size
-        for head, spec in zip(self.raw_heads, self.inputs, strict=True):
+        for head, spec in self.raw_inputs:
             data = at + len(head)
             if payload[at:data] != head:
                 return None
             at = data + spec.byte_size
-            contents.append(payload[data:at])
-        return self._request(contents)
+            array = np.ndarray(spec.shape, spec.dtype, payload[data:at])  # read-only, as frombuffer gives
+            inputs.append(InferTensor(spec.name, spec.datatype, spec.shape, array, {}))
+        return self._request(inputs)
 
     def request(self, contents: list[bytes]) -> InferRequest | None:
         """The request with these raw contents; None when one has not its input's size (the general
         decoder words that)."""
         if len(contents) != len(self.inputs):
             return None
+        inputs = []
         for spec, data in zip(self.inputs, contents, strict=True):
             if len(data) != spec.byte_size:
                 return None
-        return self._request(contents)
-
-    def _request(self, contents: list[bytes]) -> InferRequest:
-        """The request with these raw contents, one an input with its input's size."""
-        inputs = []
-        for spec, data in zip(self.inputs, contents, strict=True):
-            array = np.ndarray(spec.shape, spec.dtype, data)  # a read-only view, as frombuffer gives
+            array = np.ndarray(spec.shape, spec.dtype, data)
             inputs.append(InferTensor(spec.name, spec.datatype, spec.shape, array, {}))
+        return self._request(inputs)
+
+    def _request(self, inputs: list[InferTensor]) -> InferRequest:
+        """The request with these inputs, each as its layout says."""
         outputs = None
         if self.outputs is not None:
             outputs = [RequestedOutput(name, None, 0, {}, None) for name in self.outputs]
@@ -137,8 +137,8 @@ def _layout(prefix: bytes, raw_count: int) -> Layout | None:
         if any(output.parameters for output in message.outputs):
             return None
         outputs = tuple(output.name for output in message.outputs)
-    heads = tuple(_RAW_INPUT_TAG + _varint(spec.byte_size) for spec in inputs)
-    raw_size = sum(len(head) + spec.byte_size for head, spec in zip(heads, inputs, strict=True))
+    raw_inputs = tuple((_RAW_INPUT_TAG + _varint(spec.byte_size), spec) for spec in inputs)
+    raw_size = sum(len(head) + spec.byte_size for head, spec in raw_inputs)
     return Layout(
         message.model_name,
         message.model_version,
@@ -146,7 +146,7 @@ def _layout(prefix: bytes, raw_count: int) -> Layout | None:
         tuple(inputs),
         outputs,
         parameters,
-        heads,
+        raw_inputs,
         raw_size,
     )
 
