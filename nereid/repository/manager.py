@@ -581,6 +581,9 @@ class ModelManager:
                 # Triton never registers an ensemble that fails its checks (the index gives the reason).
                 raise NotFound(f"Request for unknown model: '{name}' is not found")
             raise NotFound(f"Request for unknown model: '{name}' has no available versions")
+        if len(versions) == 1:  # the usual case, without max() on every request
+            (model,) = versions.values()
+            return model
         return versions[max(versions)]
 
     def _find(self, name: str, namespace: str = "") -> tuple[str, _ModelEntry | None]:
