@@ -53,7 +53,8 @@ class Layout:
     model_version: str
     id: str
     inputs: tuple[InputLayout, ...]
-    outputs: tuple[str, ...] | None
+    # the outputs asked for, shared by the layout's requests as a model's `all_outputs` are by others
+    outputs: tuple[RequestedOutput, ...] | None
     parameters: Parameters  # plain ones only; each request gets its own copy
     # each input with its raw contents field's tag and size, as a serializer writes them; those fields' size
     raw_inputs: tuple[tuple[bytes, InputLayout], ...]
@@ -88,9 +89,7 @@ class Layout:
 
     def _request(self, inputs: list[InferTensor]) -> InferRequest:
         """The request with these inputs, each as its layout says."""
-        outputs = None
-        if self.outputs is not None:
-            outputs = [RequestedOutput(name, None, 0, {}, None) for name in self.outputs]
+        outputs = None if self.outputs is None else list(self.outputs)
         parameters = dict(self.parameters) if self.parameters else {}
         return InferRequest(
             self.model_name, self.model_version, inputs, outputs, self.id, parameters, layout=self
@@ -136,7 +135,7 @@ def _layout(prefix: bytes, raw_count: int) -> Layout | None:
     if message.outputs:
         if any(output.parameters for output in message.outputs):
             return None
-        outputs = tuple(output.name for output in message.outputs)
+        outputs = tuple(RequestedOutput(output.name) for output in message.outputs)
     raw_inputs = tuple((_RAW_INPUT_TAG + _varint(spec.byte_size), spec) for spec in inputs)
     raw_size = sum(len(head) + spec.byte_size for head, spec in raw_inputs)
     return Layout(

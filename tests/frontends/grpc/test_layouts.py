@@ -223,6 +223,19 @@ def test_requests_with_plain_parameters_are_decoded_from_their_layout_each_with_
     assert cache.decode(message, payload).parameters["name"] == "x"
 
 
+def test_requests_of_one_layout_each_have_their_own_list_of_the_outputs_asked_for() -> None:
+    cache = LayoutCache()
+    message = _message([1.0, 2.0])
+    payload = message.SerializeToString()
+    first = cache.decode(message, payload)
+    second = cache.known(payload)
+    assert second is not None and second.layout is first.layout
+    assert first.outputs == second.outputs == decode_infer_request(message).outputs
+    assert first.outputs is not second.outputs
+    first.outputs.pop()
+    assert second.outputs is not None and len(second.outputs) == 2
+
+
 def test_requests_with_controls_take_the_general_decoder() -> None:
     cache = LayoutCache()
     message = _plain_parameters(_message([1.0]))
