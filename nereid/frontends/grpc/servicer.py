@@ -216,7 +216,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         it is not, and `decode` takes the parsed message."""
         received = time.perf_counter_ns() if self._tracer.active else 0
         request = self._layouts.known(payload)
-        if request is not None:
+        if request is not None and (received or self._forwarding is not None):  # `_received` has work
             try:
                 self._received(request, metadata, received)
             except Exception as exc:
