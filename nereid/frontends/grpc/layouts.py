@@ -203,9 +203,9 @@ def _varint(value: int) -> bytes:
 
 _RAW_OUTPUT_TAG = b"\x32"  # raw_output_contents: field 6, length-delimited
 _NDARRAY = np.ndarray
-# A response head's bytes, and per output: the numpy type whose arrays' bytes are its contents as they are
-# (None: BYTES), the size of the contents first seen, and the tag and size of a field of that size.
-_Head = tuple[bytes, tuple[tuple[np.dtype | None, int, bytes], ...]]
+# A response head: the sizes of the raw contents first seen with it, and the message's parts for contents
+# of those sizes (the head's bytes, then each content's field tag and size, and its place, None).
+_Head = tuple[list[int], list[bytes | None]]
 
 
 class ResponseLayouts:
@@ -218,40 +218,44 @@ class ResponseLayouts:
     def serialize(self, response: InferResponse) -> bytes:
         if response.parameters:
             return encode_infer_response(response).SerializeToString()
-        outputs = response.outputs
         key: list[Any] = [response.model_name, response.model_version, response.id]
-        for tensor in outputs:
+        contents: list[bytes] = []
+        sizes: list[int] = []
+        for tensor in response.outputs:
             if tensor.shared_memory is not None:
                 return encode_infer_response(response).SerializeToString()
-            key += (tensor.name, tensor.datatype, tuple(tensor.shape))
+            datatype = tensor.datatype
+            key += (tensor.name, datatype, tuple(tensor.shape))
+            array = tensor.data
+            # an array of the wire's own type: its row-major bytes, as tensor_to_bytes gives them
+            if type(array) is _NDARRAY and array.dtype is _ARRAY_DTYPES.get(datatype):
+                data = array.tobytes()
+            else:
+                data = tensor_to_bytes(array, datatype)
+            contents.append(data)
+            sizes.append(len(data))
         head_key = tuple(key)
         layout = self._heads.get(head_key)
         if layout is None:
-            layout = self._learn(head_key, response)
-        head, fields = layout
-        parts = [head]
-        # one field per output, by the key (zip's `strict` would parse a keyword per call)
-        for tensor, (dtype, size, field) in zip(outputs, fields):  # noqa: B905
-            data = tensor.data
-            # an array of the wire's own type: its row-major bytes, as tensor_to_bytes gives them
-            if type(data) is _NDARRAY and data.dtype is dtype:
-                data = data.tobytes()
-            else:
-                data = tensor_to_bytes(data, tensor.datatype)
-            if len(data) != size:
-                field = _RAW_OUTPUT_TAG + _varint(len(data))
-            parts += (field, data)
-        return b"".join(parts)
+            layout = self._learn(head_key, response, sizes)
+        known_sizes, template = layout
+        if sizes == known_sizes:
+            parts = template[:]
+        else:  # the same head, contents of other sizes (BYTES)
+            parts = template[:1]
+            for size in sizes:
+                parts += (_RAW_OUTPUT_TAG + _varint(size), None)
+        parts[2::2] = contents  # one place per output, by the key
+        return b"".join(parts)  # type: ignore[arg-type]  # every place filled
 
-    def _learn(self, key: tuple[Any, ...], response: InferResponse) -> _Head:
+    def _learn(self, key: tuple[Any, ...], response: InferResponse, sizes: list[int]) -> _Head:
         message = encode_infer_response(response)
-        fields = []
-        for tensor, data in zip(response.outputs, message.raw_output_contents, strict=True):
-            dtype = _ARRAY_DTYPES.get(tensor.datatype)
-            fields.append((dtype, len(data), _RAW_OUTPUT_TAG + _varint(len(data))))
         message.ClearField("raw_output_contents")
+        template: list[bytes | None] = [message.SerializeToString()]
+        for size in sizes:
+            template += (_RAW_OUTPUT_TAG + _varint(size), None)
         heads = self._heads
         if len(heads) >= MAX_LAYOUTS:
             heads.clear()
-        layout = heads[key] = (message.SerializeToString(), tuple(fields))
+        layout = heads[key] = (sizes, template)
         return layout
