@@ -90,7 +90,7 @@ class Layout:
     def _request(self, inputs: list[InferTensor]) -> InferRequest:
         """The request with these inputs, each as its layout says."""
         outputs = None if self.outputs is None else list(self.outputs)
-        parameters = dict(self.parameters) if self.parameters else {}
+        parameters = self.parameters.copy() if self.parameters else {}
         return InferRequest(
             self.model_name, self.model_version, inputs, outputs, self.id, parameters, layout=self
         )
