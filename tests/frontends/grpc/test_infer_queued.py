@@ -122,6 +122,16 @@ def test_a_response_over_the_send_limit_is_refused_as_on_the_awaited_path(served
     assert (awaited.value.code(), awaited.value.details()) == (caught.value.code(), caught.value.details())
 
 
+def test_a_backend_s_response_parameters_reach_the_client(served: Served) -> None:
+    from nereid.backends.identity import RESPONSE_PARAMETERS
+
+    response = served.stub.ModelInfer(_request(2.0, name="INPUT0", model="echo"))
+    given = {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in response.parameters.items()}
+    assert given == RESPONSE_PARAMETERS
+    served.release.touch()
+    assert not served.stub.ModelInfer(_request(1.0)).parameters  # a model.py's plain outputs: none
+
+
 def test_a_client_cancelling_withdraws_its_queued_request(served: Served) -> None:
     model = served.engine.models.get("gate", "")
     running = served.stub.ModelInfer.future(_request(1.0, request_id="running"))
