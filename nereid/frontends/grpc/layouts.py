@@ -156,15 +156,24 @@ class LayoutCache:
     def __init__(self) -> None:
         self._layouts: dict[bytes, Layout | None] = {}
         self._raw_sizes: dict[int, int] = {}  # a request's size: the raw contents' of a layout that size
+        # the size, prefix and layout of the last request served by `known`: the next is usually laid out
+        # the same, which its bytes say without a copy and a hash of its prefix
+        self._last: tuple[int, bytes, Layout] | None = None
 
     def known(self, payload: bytes) -> InferRequest | None:
         """The request in `payload` when it is laid out as a layout seen before (not parsed); else None."""
-        raw_size = self._raw_sizes.get(len(payload))
+        size = len(payload)
+        last = self._last
+        if last is not None and last[0] == size and payload.startswith(last[1]):
+            return last[2].parsed(payload)
+        raw_size = self._raw_sizes.get(size)
         if raw_size is None:
             return None
-        layout = self._layouts.get(payload[: len(payload) - raw_size])
+        prefix = payload[: size - raw_size]
+        layout = self._layouts.get(prefix)
         if layout is None or layout.raw_size != raw_size:
             return None
+        self._last = (size, prefix, layout)
         return layout.parsed(payload)
 
     def decode(self, message: pb.ModelInferRequest, payload: bytes) -> InferRequest:
@@ -182,6 +191,7 @@ class LayoutCache:
                 if len(layouts) >= MAX_LAYOUTS:
                     layouts.clear()
                     self._raw_sizes.clear()
+                    self._last = None
                 layout = layouts[prefix] = _layout(prefix, len(contents))
             if layout is not None:
                 if layout.raw_size == size:  # its next requests of this size: `known`

@@ -186,6 +186,24 @@ def test_a_request_laid_out_as_an_earlier_one_is_decoded_from_its_bytes_alone() 
     assert isinstance(outcome[1], str) and "byte size mismatch" in outcome[1]
 
 
+def test_layouts_of_one_size_each_decode_their_own_requests_whichever_came_last() -> None:
+    """Two layouts whose requests have one size, with raw contents of other sizes (a longer id makes up
+    for smaller inputs): each request reads as the general decoder reads it, in any order."""
+    big = _message([1.0, 2.0])
+    size = len(big.SerializeToString())
+    small = next(
+        m for n in range(1, 40) if len((m := _message([1.0], id="x" * n)).SerializeToString()) == size
+    )
+    cache = LayoutCache()
+    for message in (big, small):
+        _same(cache, message)  # learnt from their parse
+    for message in (big, small, big, big, small, small, big):
+        payload = message.SerializeToString()
+        assert len(payload) == size
+        _same(cache, message, payload)
+        _same(cache, message, payload[:-1] + b"\x01")  # other data, the same layout
+
+
 def test_raw_contents_written_before_other_fields_are_read_right() -> None:
     """A serializer may write fields in any order: a raw content first, then the rest."""
     cache = LayoutCache()
