@@ -246,9 +246,10 @@ class Admission(RequestTiming):
                 continue
             array = results[name]
             spec = specs[name]
-            # the usual output, as `_output_tensor` would make it without the call
+            # the usual output, as `_output_tensor` would make it without the call (and with its parameters
+            # given: the default factory is one more call)
             if spec.backend_dims is None and not requested.class_count and array.dtype == spec.numpy_dtype:
-                outputs.append(InferTensor(name, spec.datatype, array.shape, array))
+                outputs.append(InferTensor(name, spec.datatype, array.shape, array, {}))
             else:
                 outputs.append(_output_tensor(model, requested, array))
         if self._regions:

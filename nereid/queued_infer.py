@@ -97,10 +97,11 @@ class QueuedSchedulerInfer(Admission):
                 value = exc
             else:
                 model = self.model
-                if model.ensemble or getattr(result, "parameters", None):
+                # a plain dict of outputs has no parameters: no getattr for it
+                if model.ensemble or (type(result) is not dict and getattr(result, "parameters", None)):
                     value = infer_response(model, self.request, outputs, getattr(result, "parameters", None))
-                else:  # the usual response, as `infer_response` would make it without the call
-                    value = InferResponse(model.name, model.version_text, outputs, self.request.id)
+                else:  # the usual response, as `infer_response` would make it without the call (parameters given)
+                    value = InferResponse(model.name, model.version_text, outputs, self.request.id, {})
         if answer is not None:
             answer(value)
         else:  # `then` comes next (a withdrawn request is never answered)

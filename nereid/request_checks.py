@@ -67,7 +67,9 @@ def checked_request(
     if layout is not None:
         names = checked.get(layout)
         if names is not None:
-            inputs = {tensor.name: tensor.data for tensor in reversed(request.inputs)}
+            inputs = {}  # a loop, not a comprehension: no function call on every request
+            for tensor in reversed(request.inputs):
+                inputs[tensor.name] = tensor.data
             return inputs, request.outputs or model.all_outputs, names
     inputs = backend_inputs(model, request)
     wanted = requested_outputs(model, request)

@@ -562,7 +562,10 @@ class ModelManager:
     def get(self, name: str, version: str = "", namespace: str = "") -> ModelVersion:
         """The version to serve: the asked one, or the highest loaded (Triton's default). `namespace`: the
         repository whose model of that name an ensemble step prefers (--model-namespacing)."""
-        key, entry = self._find(name, namespace)
+        if self._settings.model_namespacing:
+            key, entry = self._find(name, namespace)
+        else:  # what `_find` answers then, without its call on every request
+            key, entry = name, self._models.get(name)
         if entry is None:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         if version:
@@ -581,6 +584,9 @@ class ModelManager:
                 # Triton never registers an ensemble that fails its checks (the index gives the reason).
                 raise NotFound(f"Request for unknown model: '{name}' is not found")
             raise NotFound(f"Request for unknown model: '{name}' has no available versions")
+        if len(versions) == 1:  # the usual case, without max() on every request
+            (model,) = versions.values()
+            return model
         return versions[max(versions)]
 
     def _find(self, name: str, namespace: str = "") -> tuple[str, _ModelEntry | None]:

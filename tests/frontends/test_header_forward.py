@@ -132,7 +132,12 @@ def test_grpc_requests_and_streams_carry_matching_metadata(
         metadata = (("x-model-tenant", "green"), ("x-other", "no"))
         served.stub.ModelInfer(request, metadata=metadata)
         assert recording.requests[-1].parameters == {"x-model-tenant": "green"}
+        # laid out as the first: decoded from its bytes alone where the core keeps them
+        served.stub.ModelInfer(request, metadata=(("x-model-tenant", "blue"),))
+        assert recording.requests[-1].parameters == {"x-model-tenant": "blue"}
+        served.stub.ModelInfer(request)
+        assert recording.requests[-1].parameters == {}
         responses = list(served.stub.ModelStreamInfer(iter([request]), metadata=metadata))
         assert not responses[0].error_message
         assert recording.requests[-1].parameters == {"x-model-tenant": "green"}
-        assert len(recording.requests) == 2
+        assert len(recording.requests) == 4

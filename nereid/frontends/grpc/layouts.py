@@ -53,45 +53,44 @@ class Layout:
     model_version: str
     id: str
     inputs: tuple[InputLayout, ...]
-    outputs: tuple[str, ...] | None
+    # the outputs asked for, shared by the layout's requests as a model's `all_outputs` are by others
+    outputs: tuple[RequestedOutput, ...] | None
     parameters: Parameters  # plain ones only; each request gets its own copy
-    # each input's raw contents field's tag and size, as a serializer writes them; and those fields' size
-    raw_heads: tuple[bytes, ...]
+    # each input with its raw contents field's tag and size, as a serializer writes them; those fields' size
+    raw_inputs: tuple[tuple[bytes, InputLayout], ...]
     raw_size: int
 
     def parsed(self, payload: bytes) -> InferRequest | None:
         """The request whose last `raw_size` bytes are its raw contents' fields, one an input with its
         input's size, as a serializer writes them; else None."""
-        contents = []
+        inputs = []
         at = len(payload) - self.raw_size
-        for head, spec in zip(self.raw_heads, self.inputs, strict=True):
+        for head, spec in self.raw_inputs:
             data = at + len(head)
             if payload[at:data] != head:
                 return None
             at = data + spec.byte_size
-            contents.append(payload[data:at])
-        return self._request(contents)
+            array = np.ndarray(spec.shape, spec.dtype, payload[data:at])  # read-only, as frombuffer gives
+            inputs.append(InferTensor(spec.name, spec.datatype, spec.shape, array, {}))
+        return self._request(inputs)
 
     def request(self, contents: list[bytes]) -> InferRequest | None:
         """The request with these raw contents; None when one has not its input's size (the general
         decoder words that)."""
         if len(contents) != len(self.inputs):
             return None
+        inputs = []
         for spec, data in zip(self.inputs, contents, strict=True):
             if len(data) != spec.byte_size:
                 return None
-        return self._request(contents)
-
-    def _request(self, contents: list[bytes]) -> InferRequest:
-        """The request with these raw contents, one an input with its input's size."""
-        inputs = []
-        for spec, data in zip(self.inputs, contents, strict=True):
-            array = np.ndarray(spec.shape, spec.dtype, data)  # a read-only view, as frombuffer gives
+            array = np.ndarray(spec.shape, spec.dtype, data)
             inputs.append(InferTensor(spec.name, spec.datatype, spec.shape, array, {}))
-        outputs = None
-        if self.outputs is not None:
-            outputs = [RequestedOutput(name, None, 0, {}, None) for name in self.outputs]
-        parameters = dict(self.parameters) if self.parameters else {}
+        return self._request(inputs)
+
+    def _request(self, inputs: list[InferTensor]) -> InferRequest:
+        """The request with these inputs, each as its layout says."""
+        outputs = None if self.outputs is None else list(self.outputs)
+        parameters = self.parameters.copy() if self.parameters else {}
         return InferRequest(
             self.model_name, self.model_version, inputs, outputs, self.id, parameters, layout=self
         )
@@ -136,9 +135,9 @@ def _layout(prefix: bytes, raw_count: int) -> Layout | None:
     if message.outputs:
         if any(output.parameters for output in message.outputs):
             return None
-        outputs = tuple(output.name for output in message.outputs)
-    heads = tuple(_RAW_INPUT_TAG + _varint(spec.byte_size) for spec in inputs)
-    raw_size = sum(len(head) + spec.byte_size for head, spec in zip(heads, inputs, strict=True))
+        outputs = tuple(RequestedOutput(output.name) for output in message.outputs)
+    raw_inputs = tuple((_RAW_INPUT_TAG + _varint(spec.byte_size), spec) for spec in inputs)
+    raw_size = sum(len(head) + spec.byte_size for head, spec in raw_inputs)
     return Layout(
         message.model_name,
         message.model_version,
@@ -146,7 +145,7 @@ def _layout(prefix: bytes, raw_count: int) -> Layout | None:
         tuple(inputs),
         outputs,
         parameters,
-        heads,
+        raw_inputs,
         raw_size,
     )
 
@@ -157,15 +156,24 @@ class LayoutCache:
     def __init__(self) -> None:
         self._layouts: dict[bytes, Layout | None] = {}
         self._raw_sizes: dict[int, int] = {}  # a request's size: the raw contents' of a layout that size
+        # the size, prefix and layout of the last request served by `known`: the next is usually laid out
+        # the same, which its bytes say without a copy and a hash of its prefix
+        self._last: tuple[int, bytes, Layout] | None = None
 
     def known(self, payload: bytes) -> InferRequest | None:
         """The request in `payload` when it is laid out as a layout seen before (not parsed); else None."""
-        raw_size = self._raw_sizes.get(len(payload))
+        size = len(payload)
+        last = self._last
+        if last is not None and last[0] == size and payload.startswith(last[1]):
+            return last[2].parsed(payload)
+        raw_size = self._raw_sizes.get(size)
         if raw_size is None:
             return None
-        layout = self._layouts.get(payload[: len(payload) - raw_size])
+        prefix = payload[: size - raw_size]
+        layout = self._layouts.get(prefix)
         if layout is None or layout.raw_size != raw_size:
             return None
+        self._last = (size, prefix, layout)
         return layout.parsed(payload)
 
     def decode(self, message: pb.ModelInferRequest, payload: bytes) -> InferRequest:
@@ -183,6 +191,7 @@ class LayoutCache:
                 if len(layouts) >= MAX_LAYOUTS:
                     layouts.clear()
                     self._raw_sizes.clear()
+                    self._last = None
                 layout = layouts[prefix] = _layout(prefix, len(contents))
             if layout is not None:
                 if layout.raw_size == size:  # its next requests of this size: `known`
@@ -203,6 +212,10 @@ def _varint(value: int) -> bytes:
 
 
 _RAW_OUTPUT_TAG = b"\x32"  # raw_output_contents: field 6, length-delimited
+_NDARRAY = np.ndarray
+# A response head: the sizes of the raw contents first seen with it, and the message's parts for contents
+# of those sizes (the head's bytes, then each content's field tag and size, and its place, None).
+_Head = tuple[list[int], list[bytes | None]]
 
 
 class ResponseLayouts:
@@ -210,27 +223,49 @@ class ResponseLayouts:
     ones that said the same: the same bytes as protobuf writes, without building the message."""
 
     def __init__(self) -> None:
-        self._heads: dict[tuple[Any, ...], bytes] = {}
+        self._heads: dict[tuple[Any, ...], _Head] = {}  # by what the head says
 
     def serialize(self, response: InferResponse) -> bytes:
         if response.parameters:
             return encode_infer_response(response).SerializeToString()
         key: list[Any] = [response.model_name, response.model_version, response.id]
-        parts = []
+        contents: list[bytes] = []
+        sizes: list[int] = []
         for tensor in response.outputs:
             if tensor.shared_memory is not None:
                 return encode_infer_response(response).SerializeToString()
-            key += (tensor.name, tensor.datatype, tuple(tensor.shape))
-            data = tensor_to_bytes(tensor.data, tensor.datatype)
-            parts += (_RAW_OUTPUT_TAG, _varint(len(data)), data)
-        heads = self._heads
+            datatype = tensor.datatype
+            key += (tensor.name, datatype, tuple(tensor.shape))
+            array = tensor.data
+            # an array of the wire's own type: its row-major bytes, as tensor_to_bytes gives them
+            if type(array) is _NDARRAY and array.dtype is _ARRAY_DTYPES.get(datatype):
+                data = array.tobytes()
+            else:
+                data = tensor_to_bytes(array, datatype)
+            contents.append(data)
+            sizes.append(len(data))
         head_key = tuple(key)
-        head = heads.get(head_key)
-        if head is None:
-            message = encode_infer_response(response)
-            message.ClearField("raw_output_contents")
-            if len(heads) >= MAX_LAYOUTS:
-                heads.clear()
-            head = heads[head_key] = message.SerializeToString()
-        parts.insert(0, head)
-        return b"".join(parts)
+        layout = self._heads.get(head_key)
+        if layout is None:
+            layout = self._learn(head_key, response, sizes)
+        known_sizes, template = layout
+        if sizes == known_sizes:
+            parts = template[:]
+        else:  # the same head, contents of other sizes (BYTES)
+            parts = template[:1]
+            for size in sizes:
+                parts += (_RAW_OUTPUT_TAG + _varint(size), None)
+        parts[2::2] = contents  # one place per output, by the key
+        return b"".join(parts)  # type: ignore[arg-type]  # every place filled
+
+    def _learn(self, key: tuple[Any, ...], response: InferResponse, sizes: list[int]) -> _Head:
+        message = encode_infer_response(response)
+        message.ClearField("raw_output_contents")
+        template: list[bytes | None] = [message.SerializeToString()]
+        for size in sizes:
+            template += (_RAW_OUTPUT_TAG + _varint(size), None)
+        heads = self._heads
+        if len(heads) >= MAX_LAYOUTS:
+            heads.clear()
+        layout = heads[key] = (sizes, template)
+        return layout

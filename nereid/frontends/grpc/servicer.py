@@ -216,7 +216,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         it is not, and `decode` takes the parsed message."""
         received = time.perf_counter_ns() if self._tracer.active else 0
         request = self._layouts.known(payload)
-        if request is not None:
+        if request is not None and (received or self._forwarding is not None):  # `_received` has work
             try:
                 self._received(request, metadata, received)
             except Exception as exc:
@@ -261,6 +261,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def respond_serialized(self, request: InferRequest, result: InferResponse | BaseException) -> bytes:
         """`respond`, serialized (from the head of an earlier response that said the same)."""
+        if request.trace is None and not isinstance(result, BaseException):  # `_answer`'s usual case
+            try:
+                return self._responses.serialize(result)
+            except Exception as exc:
+                raise _infer_error(exc, request.model_name) from None
         return self._answer(request, result, self._responses.serialize)
 
     def _answer(

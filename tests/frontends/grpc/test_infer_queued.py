@@ -108,6 +108,30 @@ def test_errors_read_as_on_the_awaited_path(served: Served) -> None:
         assert (awaited.value.code(), awaited.value.details()) == (code, caught.value.details())
 
 
+def test_a_response_over_the_send_limit_is_refused_as_on_the_awaited_path(served: Served) -> None:
+    if served.core != "native":
+        pytest.skip("the native core's own check of its send limit")
+    served.release.touch()
+    served.server._send_limit = 8  # a response is more
+    with pytest.raises(grpc.RpcError) as caught:
+        served.stub.ModelInfer(_request(1.0))
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    served.engine.infer_queued = lambda request: None  # type: ignore[method-assign]
+    with pytest.raises(grpc.RpcError) as awaited:
+        served.stub.ModelInfer(_request(1.0))
+    assert (awaited.value.code(), awaited.value.details()) == (caught.value.code(), caught.value.details())
+
+
+def test_a_backend_s_response_parameters_reach_the_client(served: Served) -> None:
+    from nereid.backends.identity import RESPONSE_PARAMETERS
+
+    response = served.stub.ModelInfer(_request(2.0, name="INPUT0", model="echo"))
+    given = {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in response.parameters.items()}
+    assert given == RESPONSE_PARAMETERS
+    served.release.touch()
+    assert not served.stub.ModelInfer(_request(1.0)).parameters  # a model.py's plain outputs: none
+
+
 def test_a_client_cancelling_withdraws_its_queued_request(served: Served) -> None:
     model = served.engine.models.get("gate", "")
     running = served.stub.ModelInfer.future(_request(1.0, request_id="running"))

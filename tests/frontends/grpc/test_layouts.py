@@ -4,15 +4,17 @@ protobuf writes."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from nereid.errors import NereidError
+from nereid.errors import InvalidArgument, NereidError
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response
 from nereid.frontends.grpc.layouts import MAX_LAYOUTS, LayoutCache, ResponseLayouts
+from nereid.frontends.grpc.servicer import InferenceServicer
 from nereid.shared_memory import SharedMemoryRef
 from nereid.types import InferRequest, InferResponse, InferTensor
 
@@ -184,6 +186,24 @@ def test_a_request_laid_out_as_an_earlier_one_is_decoded_from_its_bytes_alone() 
     assert isinstance(outcome[1], str) and "byte size mismatch" in outcome[1]
 
 
+def test_layouts_of_one_size_each_decode_their_own_requests_whichever_came_last() -> None:
+    """Two layouts whose requests have one size, with raw contents of other sizes (a longer id makes up
+    for smaller inputs): each request reads as the general decoder reads it, in any order."""
+    big = _message([1.0, 2.0])
+    size = len(big.SerializeToString())
+    small = next(
+        m for n in range(1, 40) if len((m := _message([1.0], id="x" * n)).SerializeToString()) == size
+    )
+    cache = LayoutCache()
+    for message in (big, small):
+        _same(cache, message)  # learnt from their parse
+    for message in (big, small, big, big, small, small, big):
+        payload = message.SerializeToString()
+        assert len(payload) == size
+        _same(cache, message, payload)
+        _same(cache, message, payload[:-1] + b"\x01")  # other data, the same layout
+
+
 def test_raw_contents_written_before_other_fields_are_read_right() -> None:
     """A serializer may write fields in any order: a raw content first, then the rest."""
     cache = LayoutCache()
@@ -219,6 +239,19 @@ def test_requests_with_plain_parameters_are_decoded_from_their_layout_each_with_
     first.parameters["name"] = "changed"  # a backend may change its request's parameters
     assert second.parameters["name"] == "x"
     assert cache.decode(message, payload).parameters["name"] == "x"
+
+
+def test_requests_of_one_layout_each_have_their_own_list_of_the_outputs_asked_for() -> None:
+    cache = LayoutCache()
+    message = _message([1.0, 2.0])
+    payload = message.SerializeToString()
+    first = cache.decode(message, payload)
+    second = cache.known(payload)
+    assert second is not None and second.layout is first.layout
+    assert first.outputs == second.outputs == decode_infer_request(message).outputs
+    assert first.outputs is not second.outputs
+    first.outputs.pop()
+    assert second.outputs is not None and len(second.outputs) == 2
 
 
 def test_requests_with_controls_take_the_general_decoder() -> None:
@@ -272,3 +305,52 @@ def test_responses_are_written_as_protobuf_writes_them_first_and_again(index: in
     if response.outputs and response.outputs[0].datatype == "FP32":
         response.outputs[0].data = response.outputs[0].data + 1  # new data, the same head
         assert layouts.serialize(response) == encode_infer_response(response).SerializeToString()
+
+
+def _data_like_the_first(response: InferResponse) -> list[Any]:
+    """Data for the first output that keeps the head the same but not the way its bytes are found: other
+    numpy types, arrays not laid out in row-major order, another size."""
+    tensor = response.outputs[0]
+    if tensor.datatype == "BYTES":
+        return [np.array([b"a much longer word", b"", b"x"], dtype=np.object_)]
+    array = tensor.data
+    return [
+        array.astype(array.dtype.newbyteorder(">")),  # the same values, big-endian
+        np.asfortranarray(array.reshape(array.shape[::-1]).T) if array.ndim == 2 else array[::-1],
+        array.astype(np.float64),  # converted to the wire's type, as the general encoder does
+        array.view(np.ndarray)[..., ::1],
+    ]
+
+
+@pytest.mark.parametrize("index", [0, 2, 3])
+def test_a_known_head_with_other_data_writes_what_protobuf_writes(index: int) -> None:
+    layouts = ResponseLayouts()
+    response = _responses()[index]
+    layouts.serialize(response)  # learns the head
+    for data in _data_like_the_first(response):
+        response.outputs[0].data = data
+        assert layouts.serialize(response) == encode_infer_response(response).SerializeToString()
+
+
+def _answers(answer: Any, request: InferRequest, result: Any) -> Any:
+    try:
+        return answer(request, result)
+    except NereidError as exc:
+        return (type(exc), exc.message)
+
+
+def test_a_serialized_answer_is_the_answer_serialized_errors_included() -> None:
+    servicer = InferenceServicer(SimpleNamespace(tracer=SimpleNamespace(active=False)))  # type: ignore[arg-type]
+    request = decode_infer_request(_message([1.0]))
+    unconvertible = InferTensor("OUT", "FP32", (1,), np.array(["not a number"], dtype=np.object_))
+    results = [
+        *_responses(),
+        InferResponse("m", "1", [unconvertible]),
+        InvalidArgument("refused"),
+        RuntimeError("broken"),
+    ]
+    for result in results:
+        expected = _answers(servicer.respond, request, result)
+        if isinstance(expected, pb.ModelInferResponse):
+            expected = expected.SerializeToString()
+        assert _answers(servicer.respond_serialized, request, result) == expected
