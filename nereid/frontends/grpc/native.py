@@ -34,16 +34,7 @@ from nereid.types import InferRequest, InferResponse
 log = logging.getLogger(__name__)
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
-_HOOKS = (
-    "_on_events",
-    "_calls",
-    "_table",
-    "_front",
-    "_loop",
-    "_receive_limit",
-    "_send_limit",
-    "_within_send_limit",
-)
+_HOOKS = ("_on_events", "_calls", "_table", "_front", "_loop", "_receive_limit", "_within_send_limit")
 
 
 def io_threads() -> int:
@@ -161,24 +152,16 @@ class _InferCall:
 
     def answered(self, result: InferResponse | BaseException) -> None:
         server = self._server
-        # `_release` and `_send`, written out: this runs for every queued call
-        if server._calls.pop(self.call_id, None) is None:
+        if not self._release():
             return  # cancelled
-        servicer = server._servicer
-        servicer.calls.active -= 1
-        task = self.task
-        if task is not None and not task.done():
-            task.set_result(None)
+        if self.task is not None and not self.task.done():
+            self.task.set_result(None)
         try:
-            data = servicer.respond_serialized(self._request, result)
+            data = server._servicer.respond_serialized(self._request, result)
         except NereidError as exc:
             self._fail(GRPC_STATUS[exc.status], exc.message)
             return
-        limit = server._send_limit
-        if limit is None or len(data) <= limit:  # else `_within_send_limit` fails the call
-            server._front.respond(self.call_id, data)  # type: ignore[union-attr]
-        else:
-            server._within_send_limit(self, data)
+        self._send(data)
 
     async def awaited(self) -> None:
         server = self._server
