@@ -108,9 +108,8 @@ def test_errors_read_as_on_the_awaited_path(served: Served) -> None:
         assert (awaited.value.code(), awaited.value.details()) == (code, caught.value.details())
 
 
+@pytest.mark.parametrize("served", ["native"], indirect=True)  # the native core's own check of its limit
 def test_a_response_over_the_send_limit_is_refused_as_on_the_awaited_path(served: Served) -> None:
-    if served.core != "native":
-        pytest.skip("the native core's own check of its send limit")
     served.release.touch()
     served.server._send_limit = 8  # a response is more
     with pytest.raises(grpc.RpcError) as caught:
