@@ -173,11 +173,6 @@ class TraceSetting:
                 return True
             return False
 
-    def write_trace(self, trace: RequestTrace) -> None:
-        """A sampled trace without children finished: keep it, and write the traces kept to
-        `<file>.<index>` once `count` traces were collected or every `log_frequency` traces."""
-        self.write_group((trace,))
-
     def write_row(
         self,
         head: tuple[str, int, str, int],
@@ -188,7 +183,7 @@ class TraceSetting:
         row: tuple[int, ...],
     ) -> None:
         """A plain trace finished (see `PlainTrace`): its model's record `head`, the names of its frontend's
-        receive and send times, and its id and every timestamp's ns in order, as `write_trace` keeps it."""
+        receive and send times, and its id and every timestamp's ns in order, kept as `write_group` keeps it."""
         last = self._last_row  # one tuple: threads may replace it meanwhile
         if (
             head == last[0]
@@ -221,8 +216,9 @@ class TraceSetting:
             self.flush()
 
     def write_group(self, traces: Sequence[RequestTrace]) -> None:
-        """A sampled trace finished with its children (`traces`; none in opentelemetry mode), or one the
-        common path of `write_trace` does not take: as `write_trace`."""
+        """A sampled trace finished, with its children if it had any (`traces`; none in opentelemetry mode):
+        keep them, and write the traces kept to `<file>.<index>` once `count` traces were collected or every
+        `log_frequency` traces."""
         formatter = self.file.formatter
         with self._lock:
             self._in_flight -= 1

@@ -161,7 +161,7 @@ class RequestTrace:
         self._closed = True
         group = self._group
         if group is None:
-            self.setting.write_trace(self)
+            self.setting.write_group((self,))
         else:
             group.closed()
 
@@ -203,7 +203,7 @@ class RequestTrace:
                 stamps += (start_name, start, end_name, _pc())
         if self._group is None and self.executed is None and not self._closed:  # close(), common case
             self._closed = True
-            self.setting.write_trace(self)
+            self.setting.write_group((self,))
         else:
             self.close()
 

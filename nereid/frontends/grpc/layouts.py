@@ -249,23 +249,25 @@ class ResponseLayouts:
         if layout is None:
             layout = self._learn(head_key, response, sizes)
         known_sizes, template = layout
-        if sizes == known_sizes:
-            parts = template[:]
-        else:  # the same head, contents of other sizes (BYTES)
-            parts = template[:1]
-            for size in sizes:
-                parts += (_RAW_OUTPUT_TAG + _varint(size), None)
+        # the same head with contents of other sizes (BYTES): their fields anew
+        parts = template[:] if sizes == known_sizes else _parts(template[0], sizes)  # type: ignore[arg-type]
         parts[2::2] = contents  # one place per output, by the key
         return b"".join(parts)  # type: ignore[arg-type]  # every place filled
 
     def _learn(self, key: tuple[Any, ...], response: InferResponse, sizes: list[int]) -> _Head:
         message = encode_infer_response(response)
         message.ClearField("raw_output_contents")
-        template: list[bytes | None] = [message.SerializeToString()]
-        for size in sizes:
-            template += (_RAW_OUTPUT_TAG + _varint(size), None)
+        template = _parts(message.SerializeToString(), sizes)
         heads = self._heads
         if len(heads) >= MAX_LAYOUTS:
             heads.clear()
         layout = heads[key] = (sizes, template)
         return layout
+
+
+def _parts(head: bytes, sizes: list[int]) -> list[bytes | None]:
+    """A response's parts: its head, then each raw content's field tag and size and its place (None)."""
+    parts: list[bytes | None] = [head]
+    for size in sizes:
+        parts += (_RAW_OUTPUT_TAG + _varint(size), None)
+    return parts
