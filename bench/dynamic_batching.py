@@ -19,10 +19,12 @@ everywhere and 1.5 from concurrency 16 on; over gRPC at least 0.9 of the ceiling
 The ceiling/triton column bounds what any Python server can reach on the machine at hand: a target
 above it is out of reach there.
 
-With --traced each Nereid mode also runs tracing every request, right after its untraced run (first every
-other round), and a second table gives tracing's cost per cell: the median over the rounds of the traced
-server's infer/s over the untraced one's in the same round, with their range, and the extra CPU per
-request likewise (bench/README.md, "Reading the tracing table").
+With --traced each Nereid mode also runs a twin that traces every request. The twin and its untraced
+server are up together, and each cell measures one right after the other (the traced one first every
+other round), the other idle, so that both see the host as it is at that moment. A second table gives
+tracing's cost per cell: the median over the rounds of the traced server's infer/s over the untraced
+one's at that cell in that round, with their range, and the extra CPU per request likewise
+(bench/README.md, "Reading the tracing table").
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,7 +59,7 @@ TRACED_TARGET = 0.9  # tracing every request keeps at least this much of the unt
 
 @dataclass
 class Run:
-    """One server started once per round, and what it serves."""
+    """One server started once per round (with its traced twin, if any), and what it serves."""
 
     name: str
     protocols: tuple[str, ...]
@@ -139,35 +140,63 @@ def average_batch(http_port: int) -> float:
 
 
 def measure(
-    run: Run, repository: Path, concurrencies: list[int], tool: tuple[Path, Path], args: argparse.Namespace
+    group: list[Run],
+    repository: Path,
+    concurrencies: list[int],
+    tool: tuple[Path, Path],
+    args: argparse.Namespace,
 ) -> None:
-    http_port, grpc_port = free_port(), free_port()
-    while grpc_port == http_port:
-        grpc_port = free_port()
-    targets: dict[str, Callable[[], list[str]]] = {
-        "http": lambda: ["-u", f"127.0.0.1:{http_port}"],
-        "grpc": lambda: ["-i", "grpc", "-u", f"127.0.0.1:{grpc_port}"],
-    }
-    process = None
+    """Start every server of `group` (one, or a traced twin with its untraced server), then measure them
+    cell by cell in the group's order: twins are measured seconds apart at each cell, the other idle."""
+    started: list[tuple[Run, int, int, dict[str, list[str]]]] = []  # run, HTTP port, pid, targets
+    processes: list[subprocess.Popen[bytes]] = []
     try:
-        process = start_server(run.name, repository, http_port, grpc_port, args.ceiling_processes, run.flags)
-        for protocol in run.protocols:
+        for run in group:
+            http_port, grpc_port = free_port(), free_port()
+            while grpc_port == http_port:
+                grpc_port = free_port()
+            processes.append(
+                start_server(run.name, repository, http_port, grpc_port, args.ceiling_processes, run.flags)
+            )
+            targets = {
+                "http": ["-u", f"127.0.0.1:{http_port}"],
+                "grpc": ["-i", "grpc", "-u", f"127.0.0.1:{grpc_port}"],
+            }
+            started.append((run, http_port, processes[-1].pid, targets))
+        for protocol in group[0].protocols:
             for concurrency in concurrencies:
-                served = run.name not in CEILINGS.values()  # the ceilings keep no statistics
-                with cpu_per_request(
-                    process.pid, (lambda: completed_requests(http_port, MODEL)) if served else (lambda: 1)
-                ) as cpu:
-                    (row,) = measure_model(
-                        *tool, MODEL, targets[protocol](), f"{concurrency}:{concurrency}:1", args
-                    )
-                run.rates.setdefault((protocol, concurrency), []).append(float(row["Inferences/Second"]))
-                if served:
-                    run.cpu_us.setdefault((protocol, concurrency), []).append(cpu.microseconds)
-                    run.client_us.setdefault((protocol, concurrency), []).append(cpu.client_microseconds)
-        if run.name not in CEILINGS.values():
-            run.batch_sizes.append(average_batch(http_port))
+                for run, http_port, pid, targets in started:
+                    measure_cell(run, http_port, pid, targets[protocol], protocol, concurrency, tool, args)
+        for run, http_port, _, _ in started:
+            if run.name not in CEILINGS.values():
+                run.batch_sizes.append(average_batch(http_port))
     finally:
-        stop(process)
+        for process in processes:
+            stop(process)
+
+
+def measure_cell(
+    run: Run,
+    http_port: int,
+    pid: int,
+    target: list[str],
+    protocol: str,
+    concurrency: int,
+    tool: tuple[Path, Path],
+    args: argparse.Namespace,
+) -> None:
+    """One perf_analyzer measurement of one server at one concurrency: infer/s, and CPU per request of the
+    server and of perf_analyzer."""
+    served = run.name not in CEILINGS.values()  # the ceilings keep no statistics
+    with cpu_per_request(
+        pid, (lambda: completed_requests(http_port, MODEL)) if served else (lambda: 1)
+    ) as cpu:
+        (row,) = measure_model(*tool, MODEL, target, f"{concurrency}:{concurrency}:1", args)
+    key = (protocol, concurrency)
+    run.rates.setdefault(key, []).append(float(row["Inferences/Second"]))
+    if served:
+        run.cpu_us.setdefault(key, []).append(cpu.microseconds)
+        run.client_us.setdefault(key, []).append(cpu.client_microseconds)
 
 
 def main() -> int:
@@ -195,7 +224,7 @@ def main() -> int:
     runs.append(Run("triton", protocols))
     runs.extend(Run(CEILINGS[p], (p,)) for p in protocols)
     with tempfile.TemporaryDirectory(prefix="nereid-bench-batching-") as tmp:
-        if args.traced:  # each traced server right after its untraced one: a pair measured side by side
+        if args.traced:  # each traced server beside its untraced one: a pair measured cell by cell
             paired: list[Run] = []
             for r in runs:
                 paired.append(r)
@@ -205,11 +234,11 @@ def main() -> int:
             runs = paired
         repository = batched_repository(Path(tmp) / "repository")
         for round_ in range(args.rounds):
-            for run in round_order(runs, round_):
+            for group in round_order(runs, round_):
                 try:
-                    measure(run, repository, concurrencies, tool, args)
+                    measure(group, repository, concurrencies, tool, args)
                 except (RuntimeError, subprocess.CalledProcessError) as exc:
-                    print(f"FAILED on {run.name}: {exc}", file=sys.stderr)
+                    print(f"FAILED on {' and '.join(r.name for r in group)}: {exc}", file=sys.stderr)
                     return 1
             line = "  ".join(
                 f"{r.name} {p} c{c}={r.rates[(p, c)][-1]:.0f}"
@@ -222,16 +251,17 @@ def main() -> int:
     return 0
 
 
-def round_order(runs: list[Run], round_: int) -> list[Run]:
-    """The order of the servers in a round: every other round, each traced server before its untraced
-    one, so that a drift of the host's load during a round does not always favour the same one."""
-    if round_ % 2 == 0:
-        return runs
-    order = list(runs)
-    for at, run in enumerate(order):
-        if run.name.endswith("+trace") and at > 0:
-            order[at - 1], order[at] = run, order[at - 1]
-    return order
+def round_order(runs: list[Run], round_: int) -> list[list[Run]]:
+    """The servers of a round, in the order they run: each traced server in one group with its untraced
+    one, measured one after the other at each cell; every other round the traced one first, so that a
+    drift of the host's load does not always favour the same one."""
+    groups: list[list[Run]] = []
+    for run in runs:
+        if run.name.endswith("+trace") and groups:
+            groups[-1].insert(0 if round_ % 2 else 1, run)
+        else:
+            groups.append([run])
+    return groups
 
 
 def report(runs: list[Run], protocols: tuple[str, ...], concurrencies: list[int]) -> None:
