@@ -148,30 +148,31 @@ def measure(
 ) -> None:
     """Start every server of `group` (one, or a traced twin with its untraced server), then measure them
     cell by cell in the group's order: twins are measured seconds apart at each cell, the other idle."""
-    started: list[tuple[Run, int, int, dict[str, list[str]]]] = []  # run, HTTP port, pid, targets
-    processes: list[subprocess.Popen[bytes]] = []
+    started: list[tuple[Run, int, subprocess.Popen[bytes], dict[str, list[str]]]] = []  # with HTTP port
     try:
         for run in group:
             http_port, grpc_port = free_port(), free_port()
             while grpc_port == http_port:
                 grpc_port = free_port()
-            processes.append(
-                start_server(run.name, repository, http_port, grpc_port, args.ceiling_processes, run.flags)
-            )
             targets = {
                 "http": ["-u", f"127.0.0.1:{http_port}"],
                 "grpc": ["-i", "grpc", "-u", f"127.0.0.1:{grpc_port}"],
             }
-            started.append((run, http_port, processes[-1].pid, targets))
+            process = start_server(
+                run.name, repository, http_port, grpc_port, args.ceiling_processes, run.flags
+            )
+            started.append((run, http_port, process, targets))
         for protocol in group[0].protocols:
             for concurrency in concurrencies:
-                for run, http_port, pid, targets in started:
-                    measure_cell(run, http_port, pid, targets[protocol], protocol, concurrency, tool, args)
+                for run, http_port, process, targets in started:
+                    measure_cell(
+                        run, http_port, process.pid, targets[protocol], protocol, concurrency, tool, args
+                    )
         for run, http_port, _, _ in started:
             if run.name not in CEILINGS.values():
                 run.batch_sizes.append(average_batch(http_port))
     finally:
-        for process in processes:
+        for _, _, process, _ in started:
             stop(process)
 
 
