@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from nereid.backends.python.worker import pb_utils
+from nereid.backends.python.worker import dlpack, pb_utils
 
 
 def test_tensors() -> None:
@@ -31,6 +31,34 @@ def test_dlpack_both_ways() -> None:
     assert np.from_dlpack(tensor).tolist() == [0, 1, 2, 3]  # __dlpack__ / __dlpack_device__
     with pytest.raises(pb_utils.TritonModelException, match="C-contiguous"):
         pb_utils.Tensor.from_dlpack("Z", np.arange(8).reshape(2, 4)[:, 1])
+    with pytest.raises(pb_utils.TritonModelException, match="name cannot be an empty string"):
+        pb_utils.Tensor.from_dlpack("", np.arange(2))
+    with pytest.raises(pb_utils.TritonModelException, match="__dlpack__ and __dlpack_device__.*got list"):
+        pb_utils.Tensor.from_dlpack("L", [1, 2])
+
+
+def test_a_read_only_input_is_exported_by_dlpack() -> None:
+    """Inputs read in place from a request's body are read-only, which an unversioned DLPack capsule
+    cannot say: `from_dlpack(input.to_dlpack())`, the usual first line of a torch model, still works."""
+    body = np.arange(4, dtype=np.int32).tobytes()
+    tensor = pb_utils.Tensor._wrap("IN", "INT32", np.frombuffer(body, dtype=np.int32))
+    back = np.from_dlpack(pb_utils.Tensor.from_dlpack("X", tensor.to_dlpack()))
+    assert back.tolist() == [0, 1, 2, 3]
+    assert np.from_dlpack(tensor).tolist() == [0, 1, 2, 3]
+    torch = pytest.importorskip("torch")
+    assert torch.utils.dlpack.from_dlpack(tensor.to_dlpack()).tolist() == [0, 1, 2, 3]
+    assert torch.from_dlpack(tensor).tolist() == [0, 1, 2, 3]
+
+
+def test_a_capsules_device_is_read_from_the_capsule() -> None:
+    """A bare capsule says where its data lives only inside its DLTensor: a CPU one is read by numpy as
+    before, a CUDA one is taken by torch or CuPy (tests/e2e/test_gpu.py)."""
+    capsule = np.arange(3, dtype=np.int64).__dlpack__()
+    assert dlpack.is_capsule(capsule) and not dlpack.is_capsule(np.arange(3))
+    assert dlpack.capsule_device(capsule) == (dlpack.CPU, 0)
+    tensor = pb_utils.Tensor.from_dlpack("C", capsule)
+    assert tensor.is_cpu() and tensor.as_numpy().tolist() == [0, 1, 2]
+    assert dlpack.capsule_device(capsule) is None  # consumed: renamed "used_dltensor" by its reader
 
 
 def test_type_helpers() -> None:

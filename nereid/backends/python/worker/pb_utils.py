@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
-from . import wire
+from . import dlpack, wire
 from .auto_complete import ModelConfig
 from .channel import Channel, ServerGone
 from .errors import TritonError, TritonModelException, not_yet, status_name
@@ -211,7 +211,8 @@ class _DLPackCapsule:
 
 
 class Tensor:
-    """A named tensor: an input of a request, or an output of a response. Data lives in host memory."""
+    """A named tensor: an input of a request, or an output of a response. Its data is in host memory (one made
+    from a GPU tensor by `from_dlpack` keeps that tensor too)."""
 
     __slots__ = ("_name", "_array", "_datatype")
 
@@ -254,24 +255,76 @@ class Tensor:
         return True
 
     def to_dlpack(self) -> Any:
-        return self._array.__dlpack__()
+        return self._exported().__dlpack__()
 
-    def __dlpack__(self, stream: Any = None) -> Any:
-        return self._array.__dlpack__()
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        return self._exported().__dlpack__(**kwargs)  # a stream is for device tensors: none here
+
+    def _exported(self) -> np.ndarray:
+        """The array DLPack exports. An unversioned capsule cannot mark memory read-only, so numpy will not
+        export a read-only array (an input read in place from its request's body) through one: such an
+        array is copied, once, and the tensor keeps the copy."""
+        array = self._array
+        if not array.flags.writeable:
+            array = self._array = array.copy()
+        return array
 
     def __dlpack_device__(self) -> tuple:
         return (1, 0)
 
     @staticmethod
-    def from_dlpack(name: str, dlpack: Any) -> Tensor:
-        source = dlpack if hasattr(dlpack, "__dlpack__") else _DLPackCapsule(dlpack)
-        array = np.from_dlpack(source)
-        if not array.flags.c_contiguous:
-            raise TritonModelException(f"tensor '{name}': DLPack tensors must be C-contiguous")
-        return Tensor(name, array)
+    def from_dlpack(name: str, tensor: Any) -> Tensor:
+        """A tensor from any DLPack producer or capsule. One on a GPU keeps the GPU tensor for `to_dlpack`
+        and takes a host copy for the response or BLS request that carries it."""
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if dlpack.is_capsule(tensor):
+            device = dlpack.capsule_device(tensor)
+            if device is not None and device[0] == dlpack.CUDA:
+                tensor = dlpack.import_capsule(name, tensor)
+            else:
+                tensor = _DLPackCapsule(tensor)
+        elif not hasattr(tensor, "__dlpack__") or not hasattr(tensor, "__dlpack_device__"):
+            raise TritonModelException(
+                f"tensor '{name}': a DLPack capsule or an object with __dlpack__ and __dlpack_device__ is needed, "
+                f"got {type(tensor).__name__}"
+            )
+        if tensor.__dlpack_device__()[0] != dlpack.CUDA:
+            array = np.from_dlpack(tensor)
+            if not array.flags.c_contiguous:
+                raise TritonModelException(f"tensor '{name}': DLPack tensors must be C-contiguous")
+            return Tensor(name, array)
+        host = Tensor(name, dlpack.host_copy(name, tensor))
+        on_gpu = _GpuTensor.__new__(_GpuTensor)
+        on_gpu._name, on_gpu._array, on_gpu._datatype = host._name, host._array, host._datatype
+        on_gpu._device = tensor
+        return on_gpu
 
     def __repr__(self) -> str:
         return f"Tensor({self._name!r}, {self._datatype}, shape={list(self._array.shape)})"
+
+
+class _GpuTensor(Tensor):
+    """A tensor a model made on a GPU: the GPU tensor for DLPack consumers, its host copy in `_array` for
+    the response or BLS request (Nereid's tensors travel in host memory)."""
+
+    __slots__ = ("_device",)
+    _device: Any  # the producer's GPU tensor (torch, CuPy, JAX, ...)
+
+    def as_numpy(self) -> np.ndarray:
+        raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
+
+    def is_cpu(self) -> bool:
+        return False
+
+    def to_dlpack(self) -> Any:
+        return self._device.__dlpack__()
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        return self._device.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple:
+        return tuple(self._device.__dlpack_device__())
 
 
 # -- requests and responses ----------------------------------------------------------------------------
