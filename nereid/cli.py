@@ -115,7 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-interval-ms", type=int, default=2000)
     p.add_argument("--allow-cpu-metrics", type=_bool, default=True, metavar="BOOL")
     p.add_argument(
-        "--allow-gpu-metrics", type=_bool, default=True, metavar="BOOL", help="no effect without a GPU"
+        "--allow-gpu-metrics",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
+        help="the nv_gpu_* gauges, on a CUDA host with nvidia-ml-py",
     )
     p.add_argument(
         "--metrics-config",
@@ -383,6 +387,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         metrics_port=args.metrics_port,
         metrics_interval_ms=args.metrics_interval_ms,
         allow_cpu_metrics=args.allow_cpu_metrics,
+        allow_gpu_metrics=args.allow_gpu_metrics,
         metrics_config=metrics_config,
         model_control_mode=args.model_control_mode,
         load_models=tuple(args.load_model),

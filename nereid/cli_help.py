@@ -55,7 +55,7 @@ HELP = {
     "--metrics-address": "address the metrics server binds to",
     "--metrics-port": "metrics port",
     "--model-control-mode": "none: load every model at start; poll: follow the repository; explicit: load API",
-    "--metrics-interval-ms": "interval between samples of the gauges (CPU, memory)",
+    "--metrics-interval-ms": "interval between samples of the gauges (CPU, GPU, memory)",
     "--allow-cpu-metrics": "report CPU and memory use",
     "--allow-client-shm": "let clients register system shared memory regions",
     "--repository-poll-secs": "interval between repository scans with --model-control-mode=poll",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from nereid.custom_metrics import HISTOGRAM, CustomFamily, CustomMetrics
 from nereid.engine_client import EngineClient, ModelMetrics
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
+from nereid.gpu_metrics import GpuReading, GpuSampler
 from nereid.settings import MetricsConfig
 from nereid.statistics import FAILURE_REASONS, QUEUE_DELAY_BUCKETS_US, REQUEST_DURATION_BUCKETS_US
 
@@ -209,18 +210,23 @@ class MetricsExporter:
         cpu_metrics: bool = True,
         config: MetricsConfig | None = None,
         custom: CustomMetrics | None = None,
+        gpu: GpuSampler | None = None,
     ) -> None:
         self._engine = engine
         self._cpu = CpuSampler() if cpu_metrics else None
+        self._gpu = gpu
         self._config = config or MetricsConfig()
         self._custom = custom  # the families model code creates (pb_utils.MetricFamily)
 
     async def sample_forever(self, interval_s: float) -> None:
         """Refresh the gauges Triton refreshes on --metrics-interval-ms."""
-        if self._cpu is None:
+        if self._cpu is None and self._gpu is None:
             return
         while True:
-            self._cpu.sample()
+            if self._cpu is not None:
+                self._cpu.sample()
+            if self._gpu is not None:  # NVML's power readings can take milliseconds: off the event loop
+                await asyncio.to_thread(self._gpu.sample)
             await asyncio.sleep(interval_s)
 
     def families(self) -> list[Family]:
@@ -249,6 +255,8 @@ class MetricsExporter:
         families.append(pending)
         families += _load_and_first_response_families(models)
         families += _PINNED_MEMORY_FAMILIES
+        if self._gpu is not None:
+            families += _gpu_families(self._gpu.readings)
         families += self._cpu_families()
         families += self._summary_families(models)
         families += _batching_families(models)
@@ -309,6 +317,28 @@ class MetricsExporter:
 
     def render(self) -> bytes:
         return ("\n".join(f.render() for f in self.families()) + "\n").encode()
+
+
+_GPU_FAMILIES = (
+    ("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", "gauge", "utilization"),
+    ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "gauge", "memory_total"),
+    ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "gauge", "memory_used"),
+    ("nv_gpu_power_usage", "GPU power usage in watts", "gauge", "power_usage"),
+    ("nv_gpu_power_limit", "GPU power management limit in watts", "gauge", "power_limit"),
+    (
+        "nv_energy_consumption",
+        "GPU energy consumption in joules since the server started",
+        "counter",
+        "energy",
+    ),
+)
+
+
+def _gpu_families(readings: Sequence[GpuReading]) -> list[Family]:
+    return [
+        Family(name, text, kind, [({"gpu_uuid": r.uuid}, getattr(r, field)) for r in readings])
+        for name, text, kind, field in _GPU_FAMILIES
+    ]
 
 
 def _load_and_first_response_families(models: list[ModelMetrics]) -> list[Family]:

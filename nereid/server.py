@@ -25,6 +25,7 @@ from nereid.exit_countdown import ExitCountdown
 from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.grpc.inflight import InferCalls, report_while_draining
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
+from nereid.gpu_metrics import GpuSampler
 from nereid.log_settings import ServerLog
 from nereid.metrics import MetricsExporter, handle_metrics
 from nereid.repository import ModelManager
@@ -175,7 +176,11 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
             log.info("Started HTTPService at %s:%d", settings.http_address, http.port)
         if settings.allow_metrics:
             exporter = MetricsExporter(
-                engine, settings.allow_cpu_metrics, settings.metrics_config, engine.models.custom_metrics
+                engine,
+                settings.allow_cpu_metrics,
+                settings.metrics_config,
+                engine.models.custom_metrics,
+                GpuSampler.open() if settings.allow_gpu_metrics else None,
             )
             metrics = HttpServer(partial(handle_metrics, exporter), error_response, 64 * 1024)
             try:

@@ -187,6 +187,7 @@ class ServerSettings:
     metrics_port: int = 8002
     metrics_interval_ms: int = 2000
     allow_cpu_metrics: bool = True
+    allow_gpu_metrics: bool = True
     metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
     # repository and models
     remote_repositories: tuple[str, ...] = ()  # s3://, gs:// and as:// repositories, mirrored locally

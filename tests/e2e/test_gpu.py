@@ -1,18 +1,24 @@
-"""GPU paths against a real `nereid` on a CUDA host: PyTorch KIND_GPU instances, CUDA shared memory over
-HTTP and gRPC through tritonclient's own utilities, and ONNX Runtime's answer to KIND_GPU. Skipped, with
-the reason, on hosts without a CUDA device or without the libraries these paths need."""
+"""GPU paths against a real `nereid` on a CUDA host: PyTorch KIND_GPU instances, Python models computing on
+the GPU and handing tensors over by DLPack (in both execution modes, with BLS to the PyTorch model), CUDA
+shared memory over HTTP and gRPC through tritonclient's own utilities, the GPU gauges of /metrics, and
+ONNX Runtime's answer to KIND_GPU. Skipped, with the reason, on hosts without a CUDA device or without
+the libraries these paths need."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from nereid.gpus import visible_gpu_count
-from tests.conftest import RunningServer, start_nereid, stop
+from nereid.gpus import pci_bus_ids, visible_gpu_count
+from tests.conftest import PYTHON_EXECUTION_MODES, RunningServer, free_port, start_nereid, stop
 
 if visible_gpu_count() == 0:
     pytest.skip("no CUDA device on this host", allow_module_level=True)
@@ -39,6 +45,70 @@ output [
 ]
 instance_group [{ kind: KIND_GPU }]
 """
+# A Python model on the GPU as Triton's users write one: inputs to torch by DLPack, outputs from CUDA
+# tensors (a bare capsule and a __dlpack__ object), a BLS call to the PyTorch model with GPU tensors, and
+# what pb_utils said of its GPU tensors in FACTS.
+PYTHON_GPU_MODEL = """
+import json
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+from torch.utils.dlpack import from_dlpack, to_dlpack
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.device = torch.device("cuda", int(args["model_instance_device_id"]))
+        self.kind = args["model_instance_kind"]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = from_dlpack(pb_utils.get_input_tensor_by_name(request, "INPUT0").to_dlpack()).to(self.device)
+            doubled = pb_utils.Tensor.from_dlpack("DOUBLED", to_dlpack(x * 2))
+            plus_one = pb_utils.Tensor.from_dlpack("PLUS_ONE", x + 1)
+            try:
+                doubled.as_numpy()
+                refused = ""
+            except pb_utils.TritonModelException as exc:
+                refused = str(exc)
+            back = from_dlpack(plus_one.to_dlpack())
+            bls = pb_utils.InferenceRequest(
+                model_name="sum_gpu",
+                requested_output_names=["OUTPUT__0"],
+                inputs=[pb_utils.Tensor.from_dlpack("INPUT__0", x), pb_utils.Tensor.from_dlpack("INPUT__1", back)],
+            )
+            answer = bls.exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            summed = pb_utils.get_output_tensor_by_name(answer, "OUTPUT__0")
+            facts = {
+                "kind": self.kind,
+                "is_cpu": [doubled.is_cpu(), plus_one.is_cpu(), summed.is_cpu()],
+                "refused": refused,
+                "back_on": str(back.device),
+                "dlpack_device": list(plus_one.__dlpack_device__()),
+            }
+            rows = np.full((x.shape[0], 1), json.dumps(facts).encode(), dtype=np.object_)
+            outputs = [doubled, plus_one, summed, pb_utils.Tensor("FACTS", rows)]
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+"""
+PYTHON_GPU_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [16] }]
+output [
+  { name: "DOUBLED" data_type: TYPE_INT32 dims: [16] },
+  { name: "PLUS_ONE" data_type: TYPE_INT32 dims: [16] },
+  { name: "OUTPUT__0" data_type: TYPE_INT32 dims: [16] },
+  { name: "FACTS" data_type: TYPE_STRING dims: [1] }
+]
+instance_group [{ kind: KIND_GPU }]
+parameters { key: "EXECUTION_MODE" value { string_value: "%s" } }
+"""
+METRICS_PORT = free_port()
 ONNX_CONFIG = 'backend: "onnxruntime"\nmax_batch_size: 8\ninstance_group [{ kind: KIND_GPU }]\n'
 
 
@@ -73,12 +143,21 @@ def gpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServ
     (repository / "onnx_gpu" / "1").mkdir(parents=True)
     (repository / "onnx_gpu" / "config.pbtxt").write_text(ONNX_CONFIG)
     _onnx_identity(repository / "onnx_gpu" / "1" / "model.onnx")
+    for mode in PYTHON_EXECUTION_MODES:
+        (repository / f"python_gpu_{mode}" / "1").mkdir(parents=True)
+        (repository / f"python_gpu_{mode}" / "config.pbtxt").write_text(PYTHON_GPU_CONFIG % mode)
+        (repository / f"python_gpu_{mode}" / "1" / "model.py").write_text(PYTHON_GPU_MODEL)
     server = start_nereid(
         repository,
         base / "nereid.log",
         "--model-control-mode=explicit",
         "--load-model=sum_gpu",
+        *(f"--load-model=python_gpu_{mode}" for mode in PYTHON_EXECUTION_MODES),
         "--allow-client-shm=true",
+        "--allow-metrics=true",
+        "--metrics-address=127.0.0.1",
+        f"--metrics-port={METRICS_PORT}",
+        "--metrics-interval-ms=200",
         grpc=True,
     )
     try:
@@ -115,6 +194,54 @@ def test_pytorch_kind_gpu_instance_runs_on_cuda(gpu_server: RunningServer) -> No
         assert statistics["inference_count"] == 2 and statistics["execution_count"] == 1
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("mode", PYTHON_EXECUTION_MODES)
+def test_a_python_model_computes_on_the_gpu_and_hands_tensors_over_by_dlpack(
+    gpu_server: RunningServer, mode: str
+) -> None:
+    client = httpclient.InferenceServerClient(gpu_server.url)
+    try:
+        x = np.arange(32, dtype=np.int32).reshape(2, 16)
+        tensor = httpclient.InferInput("INPUT0", [2, 16], "INT32")
+        tensor.set_data_from_numpy(x)
+        result = client.infer(f"python_gpu_{mode}", [tensor])
+        np.testing.assert_array_equal(result.as_numpy("DOUBLED"), x * 2)
+        np.testing.assert_array_equal(result.as_numpy("PLUS_ONE"), x + 1)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), x + x + 1)  # BLS to sum_gpu, from the GPU
+        facts = json.loads(result.as_numpy("FACTS")[0][0])
+    finally:
+        client.close()
+    assert facts["kind"] == "GPU"
+    # The tensors made from CUDA tensors say so, as Triton's do; BLS outputs come back in host memory.
+    assert facts["is_cpu"] == [False, False, True]
+    assert facts["refused"] == "Tensor is stored in GPU and cannot be converted to NumPy."
+    assert facts["back_on"] == "cuda:0" and facts["dlpack_device"] == [2, 0]  # kDLCUDA, device 0
+
+
+def test_gpu_gauges_name_each_visible_device(gpu_server: RunningServer) -> None:
+    pynvml = pytest.importorskip("pynvml", reason="the GPU gauges read NVML through nvidia-ml-py")
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_ids()[0])
+    uuid, total = pynvml.nvmlDeviceGetUUID(handle), pynvml.nvmlDeviceGetMemoryInfo(handle).total
+    label = f'{{gpu_uuid="{uuid}"}}'
+    deadline = time.monotonic() + 10
+    while True:  # the first sample lands one interval after the metrics server starts
+        with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        samples = dict(re.findall(r"^(\w+\{[^}]*\}) (\S+)$", text, re.M))
+        if float(samples.get(f"nv_gpu_memory_total_bytes{label}", 0)) > 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert float(samples[f"nv_gpu_memory_total_bytes{label}"]) == total // 2**20 * 2**20
+    assert 0 < float(samples[f"nv_gpu_memory_used_bytes{label}"]) <= total  # the models' CUDA contexts
+    assert 0 <= float(samples[f"nv_gpu_utilization{label}"]) <= 1
+    assert float(samples[f"nv_gpu_power_limit{label}"]) > 0
+    assert float(samples[f"nv_gpu_power_usage{label}"]) > 0
+    assert float(samples[f"nv_energy_consumption{label}"]) >= 0
+    assert len([line for line in text.splitlines() if line.startswith("nv_gpu_utilization{")]) == len(
+        pci_bus_ids()
+    )
 
 
 def test_onnx_kind_gpu_without_the_cuda_provider_fails_to_load(gpu_server: RunningServer) -> None:
