@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -217,6 +219,30 @@ def test_a_python_model_computes_on_the_gpu_and_hands_tensors_over_by_dlpack(
     assert facts["is_cpu"] == [False, False, True]
     assert facts["refused"] == "Tensor is stored in GPU and cannot be converted to NumPy."
     assert facts["back_on"] == "cuda:0" and facts["dlpack_device"] == [2, 0]  # kDLCUDA, device 0
+
+
+@pytest.mark.parametrize("producer", ["torch", "cupy", "jax"])
+@pytest.mark.parametrize("handed_over", ["object", "capsule"])
+def test_gpu_tensors_of_each_framework_by_dlpack(producer: str, handed_over: str) -> None:
+    """pb_utils in this process, as a thread-mode model uses it: the GPU tensor stays the model's, and
+    the host copy that responses and BLS requests carry holds its values."""
+    from nereid.backends.python.worker import pb_utils
+
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    if producer == "torch":
+        on_gpu: Any = torch.from_numpy(values).cuda()
+    elif producer == "cupy":
+        on_gpu = pytest.importorskip("cupy").asarray(values)
+    else:
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave the GPU to the servers
+        jax = pytest.importorskip("jax")
+        on_gpu = jax.device_put(values, jax.devices("gpu")[0])
+    tensor = pb_utils.Tensor.from_dlpack("X", on_gpu if handed_over == "object" else on_gpu.__dlpack__())
+    assert not tensor.is_cpu() and tensor.__dlpack_device__() == (2, 0)
+    np.testing.assert_array_equal(tensor._array, values)  # the host copy
+    np.testing.assert_array_equal(torch.from_dlpack(tensor.to_dlpack()).cpu().numpy(), values)
+    with pytest.raises(pb_utils.TritonModelException, match="stored in GPU"):
+        tensor.as_numpy()
 
 
 def test_gpu_gauges_name_each_visible_device(gpu_server: RunningServer) -> None:

@@ -74,6 +74,8 @@ def host_copy(name: str, tensor: Any) -> np.ndarray:
         host = tensor.cpu()
     elif hasattr(tensor, "get"):  # CuPy
         host = tensor.get()
+    elif hasattr(tensor, "__array__"):  # JAX, and others that copy to a numpy array
+        host = np.asarray(tensor)
     else:
         host = tensor
     try:
