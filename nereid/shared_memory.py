@@ -157,7 +157,9 @@ class SharedMemoryRegistry:
     def register_cuda(self, name: str, raw_handle: str, device_id: int, byte_size: int) -> None:
         self._check_allowed()
         try:
-            handle = base64.b64decode(raw_handle, validate=True)
+            # Line breaks and other characters outside the alphabet are skipped, as Triton's decoder skips
+            # them: C++ clients (perf_analyzer) wrap their base64 every 72 characters.
+            handle = base64.b64decode(raw_handle)
         except (binascii.Error, ValueError):
             raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t") from None
         if len(handle) != IPC_HANDLE_SIZE:

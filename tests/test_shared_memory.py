@@ -170,10 +170,15 @@ def test_disabled_and_cuda_without_a_gpu() -> None:
     assert registry.cuda_status() == []
     with pytest.raises(InvalidArgument, match="valid base64 encoded cudaIpcMemHandle_t"):
         registry.register_cuda("c", "AAAA", 0, 16)
+    with pytest.raises(InvalidArgument, match="valid base64 encoded cudaIpcMemHandle_t"):
+        registry.register_cuda("c", "not base64!", 0, 16)
     handle = base64.b64encode(bytes(64)).decode()
+    # as C++ clients send it: wrapped every 72 characters, with a line break at the end
+    wrapped = handle[:72] + "\n" + handle[72:] + "\n"
     if importlib.util.find_spec("cupy") is None:
-        with pytest.raises(Unavailable, match=r"needs a GPU host with nereid\[cuda\] \(CuPy\) installed"):
-            registry.register_cuda("c", handle, 0, 16)
+        for text in (handle, wrapped):
+            with pytest.raises(Unavailable, match=r"needs a GPU host with nereid\[cuda\] \(CuPy\) installed"):
+                registry.register_cuda("c", text, 0, 16)
     assert registry.cuda_status() == []
 
 
