@@ -24,7 +24,7 @@ from nereid.engine_client import (
 )
 from nereid.errors import DecoupledModel, InvalidArgument, Unavailable
 from nereid.log_settings import LogSettings, ServerLog
-from nereid.queued_infer import QueuedSchedulerInfer, infer_response
+from nereid.queued_infer import QueuedSchedulerInfer, QueuedSharedMemoryInfer, infer_response
 from nereid.repository import ModelManager, ModelVersion
 from nereid.scheduling.default import DefaultScheduler
 from nereid.scheduling.dynamic import DynamicBatcher
@@ -150,9 +150,11 @@ class Engine:
             not isinstance(scheduler, (DynamicBatcher, DefaultScheduler))
             or model.decoupled
             or (model.response_cache and self._cache is not None)
-            or (request.layout is None and request.shared_memory_regions())  # a layout has none
         ):
             return None
+        regions = request.shared_memory_regions() if request.layout is None else None  # a layout has none
+        if regions:  # held until answered, as `infer` holds them
+            return QueuedSharedMemoryInfer(model, request, self.shared_memory, scheduler, regions)
         return QueuedSchedulerInfer(model, request, self.shared_memory, scheduler)  # admitted, queued
 
     async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:

@@ -5,8 +5,9 @@ Task per request.
 is done; for a model that takes microseconds that is a good share of a request's CPU. Here the request is
 admitted and queued at once, and the scheduler calls it back when its execution is done (no future, no
 callback scheduled per request): that finishes it (statistics, tracing, release) and hands the response
-on. What may wait for something else (the response cache, shared-memory regions held, decoupled models,
-sequence batching, ensembles) keeps the awaited path.
+on. A request whose tensors are in shared memory holds its regions from admission until its outputs are
+written. What may wait for something else (the response cache, decoupled models, sequence batching,
+ensembles) keeps the awaited path.
 """
 
 from __future__ import annotations
@@ -106,6 +107,45 @@ class QueuedSchedulerInfer(Admission):
             answer(value)
         else:  # `then` comes next (a withdrawn request is never answered)
             self._early = value
+
+
+class QueuedSharedMemoryInfer(QueuedSchedulerInfer):
+    """A queued request whose tensors are in shared memory: its regions held from admission until its
+    outputs are written into them (or it is withdrawn), as `Engine.infer` holds them; an unregister
+    meanwhile only marks them."""
+
+    __slots__ = ("_registry", "_held")
+
+    def __init__(
+        self,
+        model: ModelVersion,
+        request: InferRequest,
+        shared_memory: SharedMemoryRegistry,
+        scheduler: CallbackScheduler,
+        regions: list[str],
+    ) -> None:
+        self._registry = shared_memory
+        self._held = shared_memory.acquire(regions)
+        try:
+            QueuedSchedulerInfer.__init__(self, model, request, shared_memory, scheduler)
+        except BaseException:
+            self._release()
+            raise
+
+    def cancel(self) -> None:
+        QueuedSchedulerInfer.cancel(self)  # withdrawn now, or answered before (and released then)
+        self._release()
+
+    def _resolved(self, result: BackendResult) -> None:
+        try:
+            QueuedSchedulerInfer._resolved(self, result)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        held, self._held = self._held, ()
+        if held:
+            self._registry.release(held)
 
 
 def infer_response(

@@ -14,6 +14,7 @@ import mmap
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -42,25 +43,41 @@ class SharedMemoryRef:
     byte_size: int
 
 
+# How long a system region's size, as fstat last gave it, is taken as current (ns).
+_SIZE_CHECK_NS = 10_000_000
+
+
 @dataclass
 class _SystemRegion:
+    """A registered POSIX shared memory object. Its descriptor is kept open to notice a client shrinking
+    the object, which would make reads past its new end fault. That check is a guard, not a guarantee (a
+    shrink while a model reads the region still faults, as it does in Triton): its size is read again at
+    most every 10 ms, which spares a request the system call per tensor that costs more than the rest of
+    its shared-memory work on a loaded host."""
+
     name: str
     key: str
     offset: int
     byte_size: int
     mapping: mmap.mmap
-    fd: int  # kept open to notice a client shrinking the object, which would fault reads past its end
+    fd: int
     users: int = 0  # requests in flight that read or write the region
     unregistering: bool = False  # unregistered while in use: it goes once its last user is done
+    _size: int = 0  # the object's size when last read, valid until `_size_until` (monotonic ns)
+    _size_until: int = 0
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
 
     def read(self, start: int, byte_size: int) -> memoryview:
-        try:
-            size = os.fstat(self.fd).st_size
-        except OSError:  # unregistered (and its descriptor closed) since the lookup
-            raise NotFound(f"Unable to find shared memory region: '{self.name}'") from None
+        now = time.monotonic_ns()
+        size = self._size
+        if now >= self._size_until:
+            try:
+                size = self._size = os.fstat(self.fd).st_size
+            except OSError:  # unregistered (and its descriptor closed) since the lookup
+                raise NotFound(f"Unable to find shared memory region: '{self.name}'") from None
+            self._size_until = now + _SIZE_CHECK_NS
         start += self.offset
         if start + byte_size > size:
             raise InvalidArgument(
@@ -74,7 +91,8 @@ class _SystemRegion:
     def close(self) -> None:
         """The mapping is not closed here: arrays of requests may still view it; it is unmapped once the
         last of them is gone."""
-        os.close(self.fd)
+        fd, self.fd, self._size_until = self.fd, -1, 0  # a later read finds it gone (fstat(-1) fails)
+        os.close(fd)
 
 
 @dataclass

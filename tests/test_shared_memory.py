@@ -7,12 +7,14 @@ import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
 
 from nereid.errors import AlreadyExists, InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
+from nereid import shared_memory
 from nereid.gpus import visible_gpu_count
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 
@@ -156,6 +158,26 @@ def test_a_region_shrunk_by_its_client_is_refused(region: tuple[str, object]) ->
     os.truncate(f"/dev/shm{key}", 16)
     with pytest.raises(InvalidArgument, match="shrank to 16 bytes"):
         registry.view(SharedMemoryRef("r", 0, 64))
+
+
+def test_a_shrink_is_noticed_once_the_size_is_read_again(
+    region: tuple[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size is read once per check period, not per tensor: a shrink after a read is noticed when the
+    period is over."""
+    key, _ = region
+    now = [0]
+    monkeypatch.setattr(shared_memory, "time", SimpleNamespace(monotonic_ns=lambda: now[0]))
+    registry = SharedMemoryRegistry()
+    registry.register_system("r", key, 0, 64)
+    assert registry.view(SharedMemoryRef("r", 0, 64)).nbytes == 64
+    os.truncate(f"/dev/shm{key}", 16)
+    now[0] += shared_memory._SIZE_CHECK_NS
+    with pytest.raises(InvalidArgument, match="shrank to 16 bytes"):
+        registry.view(SharedMemoryRef("r", 0, 64))
+    registry.unregister_system("r")
+    with pytest.raises(NotFound, match="Unable to find shared memory region: 'r'"):
+        registry.view(SharedMemoryRef("r", 0, 4))
 
 
 def test_disabled_and_cuda_without_a_gpu() -> None:

@@ -1,6 +1,6 @@
 """HTTP infer requests answered by callback (no coroutine per request), to a batched model and to one under
-the default scheduler: responses, errors, statistics and a client that leaves while its request is
-queued."""
+the default scheduler: responses, errors, statistics, a client that leaves while its request is queued,
+and requests whose tensors are in shared memory regions, held while they are queued."""
 
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ import asyncio
 import gc
 import shutil
 import struct
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
+import tritonclient.utils.shared_memory as shm
 
 from nereid.engine import Engine
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
 from nereid.frontends.http.app import MAX_INFER_ROUTES
 from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, HttpResponse, _Connection
-from nereid.queued_infer import QueuedSchedulerInfer
+from nereid.queued_infer import QueuedSchedulerInfer, QueuedSharedMemoryInfer
 from nereid.server import build_engine
 from nereid.settings import ServerSettings
 
@@ -42,7 +45,7 @@ def engine(tmp_path: Path) -> Iterator[tuple[Engine, ServerSettings, Path]]:
     twin = tmp_path / "models" / "gate_default" / "1"  # gate's twin, with gate's model.py
     twin.mkdir()
     shutil.copy(MODELS / "gate" / "1" / "model.py", twin)
-    settings = ServerSettings(model_repositories=(tmp_path / "models",))
+    settings = ServerSettings(model_repositories=(tmp_path / "models",), allow_client_shm=True)
     engine = build_engine(settings)
     try:
         yield engine, settings, tmp_path / "models" / "gate" / "release"
@@ -108,6 +111,83 @@ def test_a_client_leaving_withdraws_its_queued_request(engine: tuple[Engine, Ser
         assert stats["inference_stats"]["success"]["count"] == 1
         assert stats["inference_stats"]["fail"]["count"] == 1
         assert stats["execution_count"] == 1 and model.inflight == 0
+
+    asyncio.run(scenario())
+
+
+def _infer_in_regions(input_region: str, output_region: str) -> bytes:
+    body = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "IN",
+                    "datatype": "FP32",
+                    "shape": [1, 1],
+                    "parameters": {"shared_memory_region": input_region, "shared_memory_byte_size": 4},
+                }
+            ],
+            "outputs": [
+                {
+                    "name": "OUT",
+                    "parameters": {"shared_memory_region": output_region, "shared_memory_byte_size": 4},
+                }
+            ],
+        }
+    )
+    head = f"POST /v2/models/gate/infer HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+@pytest.fixture()
+def regions() -> Iterator[dict[str, object]]:
+    """Two system shared memory regions a client made: "in" holding 2.5, and "out"."""
+    made = {
+        name: shm.create_shared_memory_region(name, f"/nereid_test_{uuid.uuid4().hex}", 4)
+        for name in ("in", "out")
+    }
+    shm.set_shared_memory_region(made["in"], [np.array([2.5], dtype=np.float32)])
+    try:
+        yield made
+    finally:
+        for handle in made.values():
+            shm.destroy_shared_memory_region(handle)
+
+
+def test_a_request_in_shared_memory_is_queued_with_its_regions_held(
+    engine: tuple[Engine, ServerSettings, Path], regions: dict[str, object]
+) -> None:
+    core, settings, release = engine
+    model = core.models.get("gate", "")
+    registry = core.shared_memory
+    for name, handle in regions.items():
+        registry.register_system(name, handle._shm_key, 0, 4)  # type: ignore[attr-defined]
+
+    async def scenario() -> None:
+        frontend = HttpFrontend(core, settings)
+        server = HttpServer(frontend.dispatch, error_response, 1 << 20)
+        running, running_transport = _connect(server)
+        running.data_received(_infer(1.0))
+        await _until(lambda: model.scheduler.pending() == 0 and model.inflight == 1)  # executing
+        waiting, waiting_transport = _connect(server)
+        waiting.data_received(_infer_in_regions("in", "out"))
+        assert model.scheduler.pending() == 1  # queued by callback, not awaited
+        assert isinstance(model.scheduler._queue[0].timing, QueuedSharedMemoryInfer)
+        # Unregistered while the request is queued: the regions stay until it is answered.
+        registry.unregister_system()
+        assert sorted(r["name"] for r in registry.system_status()) == ["in", "out"]
+        leaving, leaving_transport = _connect(server)
+        leaving.data_received(_infer_in_regions("in", "out"))
+        leaving.connection_lost(None)  # withdrawn: its hold on the regions goes with it
+        assert sorted(r["name"] for r in registry.system_status()) == ["in", "out"]
+        release.touch()
+        await _until(lambda: len(waiting_transport.written) == 1 and running_transport.written)
+        response = waiting_transport.written[0]
+        assert response.startswith(b"HTTP/1.1 200 OK\r\n")
+        # the output went into its region: the response names it only, as Triton's does
+        assert response.endswith(b'"outputs":[{"name":"OUT","datatype":"FP32","shape":[1,1]}]}')
+        assert shm.get_contents_as_numpy(regions["out"], np.float32, [1]).tolist() == [2.5]
+        assert registry.system_status() == []  # the last user done: both regions gone
+        assert leaving_transport.written == [] and model.inflight == 0
 
     asyncio.run(scenario())
 
