@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
 
-from nereid.errors import AlreadyExists, InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
 from nereid import shared_memory
+from nereid.errors import AlreadyExists, InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
 from nereid.gpus import visible_gpu_count
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 

@@ -85,16 +85,24 @@ async def _until(condition: object, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.005)
 
 
+async def _one_executing(core: Engine, settings: ServerSettings) -> tuple[HttpServer, _Transport]:
+    """A server, and the transport of a request to `gate` that its instance is executing (held until the
+    gate's release file appears)."""
+    model = core.models.get("gate", "")
+    frontend = HttpFrontend(core, settings)
+    server = HttpServer(frontend.dispatch, error_response, 1 << 20)
+    running, running_transport = _connect(server)
+    running.data_received(_infer(1.0))
+    await _until(lambda: model.scheduler.pending() == 0 and model.inflight == 1)
+    return server, running_transport
+
+
 def test_a_client_leaving_withdraws_its_queued_request(engine: tuple[Engine, ServerSettings, Path]) -> None:
     core, settings, release = engine
     model = core.models.get("gate", "")
 
     async def scenario() -> None:
-        frontend = HttpFrontend(core, settings)
-        server = HttpServer(frontend.dispatch, error_response, 1 << 20)
-        running, running_transport = _connect(server)
-        running.data_received(_infer(1.0))
-        await _until(lambda: model.scheduler.pending() == 0 and model.inflight == 1)  # executing
+        server, running_transport = await _one_executing(core, settings)
         leaving, leaving_transport = _connect(server)
         leaving.data_received(_infer(2.0))
         assert model.scheduler.pending() == 1  # queued behind the running batch
@@ -163,11 +171,7 @@ def test_a_request_in_shared_memory_is_queued_with_its_regions_held(
         registry.register_system(name, handle._shm_key, 0, 4)  # type: ignore[attr-defined]
 
     async def scenario() -> None:
-        frontend = HttpFrontend(core, settings)
-        server = HttpServer(frontend.dispatch, error_response, 1 << 20)
-        running, running_transport = _connect(server)
-        running.data_received(_infer(1.0))
-        await _until(lambda: model.scheduler.pending() == 0 and model.inflight == 1)  # executing
+        server, running_transport = await _one_executing(core, settings)
         waiting, waiting_transport = _connect(server)
         waiting.data_received(_infer_in_regions("in", "out"))
         assert model.scheduler.pending() == 1  # queued by callback, not awaited
