@@ -35,6 +35,7 @@ from nereid.frontends.grpc.codec import (
     decode_request_parameters,
     encode_infer_response,
 )
+from nereid.shared_memory_requests import SharedMemoryRequests
 from nereid.types import InferRequest, InferResponse, InferTensor, InputLayout, Parameters, RequestedOutput
 
 # Layouts kept at most; past that the table starts again (requests that differ in their ids, say).
@@ -151,7 +152,8 @@ def _layout(prefix: bytes, raw_count: int) -> Layout | None:
 
 
 class LayoutCache:
-    """Layouts of recent requests, by the bytes before their raw contents."""
+    """Layouts of recent requests, by the bytes before their raw contents; and requests whose tensors are
+    all in shared memory, by their bytes (see nereid.shared_memory_requests)."""
 
     def __init__(self) -> None:
         self._layouts: dict[bytes, Layout | None] = {}
@@ -159,6 +161,7 @@ class LayoutCache:
         # the size, prefix and layout of the last request served by `known`: the next is usually laid out
         # the same, which its bytes say without a copy and a hash of its prefix
         self._last: tuple[int, bytes, Layout] | None = None
+        self._shared_memory = SharedMemoryRequests()  # requests with no raw contents, all in regions
 
     def known(self, payload: bytes) -> InferRequest | None:
         """The request in `payload` when it is laid out as a layout seen before (not parsed); else None."""
@@ -167,8 +170,8 @@ class LayoutCache:
         if last is not None and last[0] == size and payload.startswith(last[1]):
             return last[2].parsed(payload)
         raw_size = self._raw_sizes.get(size)
-        if raw_size is None:
-            return None
+        if raw_size is None:  # no raw contents of a layout's size: perhaps every tensor in shared memory
+            return self._shared_memory.get(payload)
         prefix = payload[: size - raw_size]
         layout = self._layouts.get(prefix)
         if layout is None or layout.raw_size != raw_size:
@@ -199,7 +202,10 @@ class LayoutCache:
                 request = layout.request(contents)
                 if request is not None:
                     return request
-        return decode_infer_request(message)
+            return decode_infer_request(message)
+        request = decode_infer_request(message)
+        self._shared_memory.learn(request, payload)
+        return request
 
 
 def _varint(value: int) -> bytes:

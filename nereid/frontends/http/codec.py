@@ -19,6 +19,7 @@ from nereid.errors import InputDataError, InternalError, InvalidArgument, reques
 from nereid.frontends.http import json_body
 from nereid.frontends.http.layouts import LayoutCache
 from nereid.shared_memory import SharedMemoryRef
+from nereid.shared_memory_requests import SharedMemoryRequests
 from nereid.tensor_data import MAX_ELEMENTS, MAX_RANK, shape_too_large
 from nereid.types import (
     SEQUENCE_END,
@@ -46,12 +47,21 @@ _MAX_JSON_NESTING = 100
 
 
 _LAYOUTS = LayoutCache()
+_SHARED_MEMORY_REQUESTS = SharedMemoryRequests()  # JSON bodies naming regions for every tensor
 
 
 def decode_infer_request(
     body: bytes, header_length: int | None, model_name: str, model_version: str
 ) -> InferRequest:
     """Parse an infer body. `header_length` is the Inference-Header-Content-Length value, if sent."""
+    if type(body) is bytes and (header_length is None or header_length == len(body)):
+        # JSON alone (the header, if given, is the whole body): one whose tensors are all in shared memory
+        # decodes as it did before
+        request = _SHARED_MEMORY_REQUESTS.get(body, model_name, model_version)
+        if request is None:
+            request = _decode(body, header_length, model_name, model_version)
+            _SHARED_MEMORY_REQUESTS.learn(request, body, model_name, model_version)
+        return request
     if header_length is not None and 0 < header_length <= len(body) and type(body) is bytes:
         # binary tensor data: a JSON header seen before decodes as it did then (see layouts)
         header = body[:header_length]
