@@ -238,13 +238,13 @@ class ResponseLayouts:
         contents: list[bytes] = []
         sizes: list[int] = []
         for tensor in response.outputs:
-            if tensor.shared_memory is not None:
-                return encode_infer_response(response).SerializeToString()
             datatype = tensor.datatype
             key += (tensor.name, datatype, tuple(tensor.shape))
             array = tensor.data
+            if tensor.shared_memory is not None:  # written into the client's region: empty contents
+                data = b""
             # an array of the wire's own type: its row-major bytes, as tensor_to_bytes gives them
-            if type(array) is _NDARRAY and array.dtype is _ARRAY_DTYPES.get(datatype):
+            elif type(array) is _NDARRAY and array.dtype is _ARRAY_DTYPES.get(datatype):
                 data = array.tobytes()
             else:
                 data = tensor_to_bytes(array, datatype)

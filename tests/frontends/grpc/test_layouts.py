@@ -292,6 +292,14 @@ def _responses() -> list[InferResponse]:
         InferResponse("m", "2", []),
         InferResponse("m", "2", [InferTensor("OUT", "FP32", (1, 16), a)], "", {"sequence_id": 3}),
         InferResponse("m", "2", [InferTensor("OUT", "FP32", (1, 16), a, {}, region)]),
+        InferResponse(  # one output in a region, one in the response
+            "m",
+            "2",
+            [
+                InferTensor("IN_REGION", "FP32", (1, 16), a, {}, region),
+                InferTensor("OUT", "FP32", (1, 16), a),
+            ],
+        ),
     ]
 
 
