@@ -74,7 +74,6 @@ class GpuSampler:
         energy = self._field(
             uuid, "energy consumption", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
         )
-        first = self._first_energy.setdefault(uuid, energy) if energy is not None else None
         return GpuReading(
             uuid,
             utilization=(utilization or 0) * 0.01,
@@ -82,7 +81,9 @@ class GpuSampler:
             memory_used=memory.used // MIB * MIB if memory is not None else 0,
             power_usage=(power_usage or 0) / 1000,  # NVML answers in milliwatts and millijoules
             power_limit=(power_limit or 0) / 1000,
-            energy=(energy - first) / 1000 if energy is not None and first is not None else 0.0,
+            energy=(energy - self._first_energy.setdefault(uuid, energy)) / 1000
+            if energy is not None
+            else 0.0,
         )
 
     def _field(self, uuid: str, what: str, read: Any) -> Any:

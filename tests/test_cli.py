@@ -16,6 +16,7 @@ def test_triton_flag_names_and_defaults() -> None:
     assert settings.default_max_batch_size == 4 and settings.server_id == "triton"
     assert not settings.reuse_http_port
     assert not settings.allow_client_shm  # off by default, as in current Triton
+    assert settings.allow_gpu_metrics and settings.allow_cpu_metrics
     assert settings.backend_directory is None
     assert warnings == []
 
@@ -34,11 +35,13 @@ def test_values_in_triton_style() -> None:
             "--backend-config=onnxruntime,enable-global-threadpool=1",
             "--id=mine",
             "--allow-client-shm=true",
+            "--allow-gpu-metrics=false",
             "--backend-directory",
             "/opt/backends",
         ]
     )
     assert settings.allow_client_shm and settings.backend_directory == Path("/opt/backends")
+    assert not settings.allow_gpu_metrics
     assert not settings.allow_http and settings.http_port == 9000 and not settings.exit_on_error
     assert settings.reuse_http_port
     assert not settings.auto_complete_config

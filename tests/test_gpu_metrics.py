@@ -82,6 +82,12 @@ def test_a_reading_the_device_refuses_reads_zero_with_one_warning(caplog: pytest
     assert warnings == ["Unable to get power limit for GPU GPU-a: Not Supported"]
 
 
-def test_no_sampler_without_a_visible_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_sampler_without_a_visible_gpu(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host without GPUs gets no sampler and no warning: NVML is not even tried."""
     monkeypatch.setattr("nereid.gpu_metrics.pci_bus_ids", lambda: [])
-    assert GpuSampler.open() is None
+    monkeypatch.setattr("nereid.gpu_metrics.importlib", None)  # any attempt to load NVML would fail here
+    with caplog.at_level(logging.INFO, logger="nereid.gpu_metrics"):
+        assert GpuSampler.open() is None
+    assert caplog.records == []

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import sys
 from typing import Any
 
 import numpy as np
@@ -52,12 +51,10 @@ def import_capsule(name: str, capsule: Any) -> Any:
     """A GPU capsule as a tensor of the framework that can take it (torch, else CuPy), so that it can be
     read and exported again; a capsule can be consumed only once."""
     for module_name in ("torch", "cupy"):
-        module = sys.modules.get(module_name)
-        if module is None:
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError:
-                continue
+        try:
+            module = importlib.import_module(module_name)  # the one loaded already, most often
+        except ImportError:
+            continue
         return module.from_dlpack(capsule)
     raise TritonModelException(
         f"tensor '{name}': a DLPack capsule on a GPU needs torch or CuPy in the model's environment to be read"

@@ -294,9 +294,7 @@ class Tensor:
             if not array.flags.c_contiguous:
                 raise TritonModelException(f"tensor '{name}': DLPack tensors must be C-contiguous")
             return Tensor(name, array)
-        host = Tensor(name, dlpack.host_copy(name, tensor))
-        on_gpu = _GpuTensor.__new__(_GpuTensor)
-        on_gpu._name, on_gpu._array, on_gpu._datatype = host._name, host._array, host._datatype
+        on_gpu = _GpuTensor(name, dlpack.host_copy(name, tensor))
         on_gpu._device = tensor
         return on_gpu
 
