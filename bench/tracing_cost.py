@@ -58,8 +58,8 @@ def stage(until: str) -> contextlib.AbstractContextManager[object]:
     """A trace's life cut after its send times (`send`: the setting keeps nothing) or once kept (`keep`:
     no batch is formatted nor written)."""
     if until == "send":
-        return mock.patch.multiple(  # plain traces keep a row, the others a group
-            TraceSetting, write_row=lambda self, *row: None, write_group=lambda self, traces: None
+        return mock.patch.multiple(  # plain traces wait in a list (emptied here), the others keep a group
+            TraceSetting, keep_plain=lambda self: self.plain.clear(), write_group=lambda self, traces: None
         )
     if until == "keep":
         return mock.patch.object(TraceSetting, "_save", lambda self, batch, indexed: None)

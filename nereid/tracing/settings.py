@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nereid.tracing.config import LEVEL_OFF, LEVEL_TENSORS, LEVEL_TIMESTAMPS
 from nereid.tracing.records import Layout, TraceFormatter, keep
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("nereid.tracing")
 
 MIN_TRACE_COUNT = -1
+# Plain traces wait, sent, until this many are kept at once: one lock and one pass where each would take
+# its own, and no more of them alive than the garbage collector's youngest generation holds.
+PLAIN_WAITING = 256
 
 _root_trace = RequestTrace.root
 
@@ -121,8 +124,12 @@ class TraceSetting:
         # the GIL. Reading it counts too (`_probes`), which `_flying` takes off.
         self.started = itertools.count()
         self._probes = 0
-        self._retired = False
+        self.retired = False  # replaced by an update (read by plain traces as they are sent)
         self._batch = log_frequency or 1 << 62  # traces kept before they are written
+        # Plain traces sent and not kept yet, in the order sent: appended to with no lock (an append is
+        # atomic under the GIL, and the list is never replaced), kept a few hundred at a time.
+        self.plain: list[PlainTrace] = []
+        self.plain_batch = min(self._batch, PLAIN_WAITING)  # how many to wait for: see `_plain_due`
         self.every = False  # whether every request is sampled, none counted (valid, rate 1, no count)
         # the model's record, frontend's names and layout of the last plain trace kept whose layout is kept
         self._last_row: tuple[object, ...] = (None,) * 6
@@ -173,47 +180,77 @@ class TraceSetting:
                 return True
             return False
 
-    def write_row(
-        self,
-        head: tuple[str, int, str, int],
-        received: str,
-        read: str,
-        sending: str,
-        sent: str,
-        row: tuple[int, ...],
-    ) -> None:
-        """A plain trace finished (see `PlainTrace`): its model's record `head`, the names of its frontend's
-        receive and send times, and its id and every timestamp's ns in order, kept as `write_group` keeps it."""
-        last = self._last_row  # one tuple: threads may replace it meanwhile
-        if (
-            head == last[0]
-            and received is last[1]
-            and read is last[2]
-            and sending is last[3]
-            and sent is last[4]
-        ):
-            layout: Layout = last[5]  # type: ignore[assignment]
-        else:
-            key = (head, False, received, read, *PLAIN_NAMES, sending, sent)
-            formatter = self.file.formatter
-            layout = formatter.layouts.get(key) or formatter.layout(key)
-            if key in formatter.layouts:  # kept there (no request id): worth remembering
-                self._last_row = (head, received, read, sending, sent, layout)
-        lock = self._lock
-        lock.acquire()  # not `with`, whose enter and exit are a sixth of this keeping
-        try:
-            self._in_flight -= 1
-            self._kept.append(layout)
-            self._values += row
-            self._in_stream += 1  # nothing counted: a plain setting has no count to reach
-            batch = self._take() if self._in_stream >= self._batch else None
-            finished = self._retired and self._flying() == 0
-        finally:
-            lock.release()
-        if batch is not None:
+    def keep_plain(self) -> None:
+        """Keep the plain traces waiting (see `PlainTrace.sent`), and write the batches they complete."""
+        with self._lock:
+            batches = self._keep_plain()
+            finished = self.retired and self._flying() == 0
+        for batch in batches:
             self._save(batch, indexed=True)
         if finished:
             self.flush()
+
+    def _keep_plain(self) -> list[tuple[list[Layout | bytes], list[int]]]:
+        """Under the lock: the plain traces waiting kept as `write_group` keeps a trace (their layout and
+        one row of ints each: id, then every timestamp's ns in order), in the order they were sent; the
+        batches of `log-frequency` traces they complete, to write."""
+        plain = self.plain
+        count = len(plain)
+        if not count:
+            return []
+        traces = plain[:count]
+        del plain[:count]  # slicing, not a new list: a trace appended meanwhile stays for the next time
+        batches = []
+        formatter = self.file.formatter
+        kept, values = self._kept, self._values
+        last = self._last_row
+        for trace in traces:
+            head = trace.head
+            received: tuple[Any, ...] = trace.received
+            sends = trace.sends
+            if (
+                head == last[0]
+                and received[0] is last[1]
+                and received[2] is last[2]
+                and sends[0] is last[3]
+                and sends[2] is last[4]
+            ):
+                layout: Layout = last[5]  # type: ignore[assignment]
+            else:
+                key = (head, False, received[0], received[2], *PLAIN_NAMES, sends[0], sends[2])
+                layout = formatter.layouts.get(key) or formatter.layout(key)
+                if key in formatter.layouts:  # kept there (no request id): worth remembering
+                    last = self._last_row = (head, received[0], received[2], sends[0], sends[2], layout)
+            executed: tuple[int, int, int] = trace.executed  # type: ignore[assignment]
+            compute = executed[0]
+            kept.append(layout)
+            values += (
+                trace.id,
+                received[1],
+                received[3],
+                trace.start,
+                trace.queued,
+                compute,
+                compute,
+                executed[1],
+                executed[2],
+                trace.end,
+                trace.complete,
+                sends[1],
+                sends[3],
+            )
+            self._in_stream += 1  # nothing counted: a plain setting has no count to reach
+            if self._in_stream >= self._batch:
+                batches.append(self._take())
+                kept, values = self._kept, self._values
+        self._in_flight -= count
+        self._plain_due()
+        return batches
+
+    def _plain_due(self) -> None:
+        """Under the lock: keep plain traces again once as many wait as complete the batch being kept (so
+        that a `log-frequency` file is written with its last trace, as Triton writes it), or sooner."""
+        self.plain_batch = min(PLAIN_WAITING, self._batch - self._in_stream)
 
     def write_group(self, traces: Sequence[RequestTrace]) -> None:
         """A sampled trace finished, with its children if it had any (`traces`; none in opentelemetry mode):
@@ -221,15 +258,18 @@ class TraceSetting:
         `log_frequency` traces."""
         formatter = self.file.formatter
         with self._lock:
+            batches = self._keep_plain()  # those sent before it, first
             self._in_flight -= 1
             for trace in traces:
                 keep(formatter, trace, self._kept, self._values)
             self._in_stream += 1
             self._collected += 1
             full = self._in_stream >= self._batch or (self.count == 0 and self._collected == self._sample)
-            batch = self._take() if full else None
-            finished = self._retired and self._flying() == 0
-        if batch is not None:
+            if full:
+                batches.append(self._take())
+            self._plain_due()
+            finished = self.retired and self._flying() == 0
+        for batch in batches:
             self._save(batch, indexed=True)
         if finished:
             self.flush()
@@ -255,18 +295,23 @@ class TraceSetting:
     def retire(self) -> None:
         """Replaced by an update: write what is kept once the traces sampled under it have finished."""
         with self._lock:
-            self._retired = True
+            self.retired = True
+            batches = self._keep_plain()
             finished = self._flying() == 0
+        for batch in batches:
+            self._save(batch, indexed=True)
         if finished:
             self.flush()
 
     def flush(self) -> None:
         """Write the traces kept: to `<file>.<index>` with a log frequency, else to the file itself."""
         with self._lock:
-            if self.mode != "triton" or not self._in_stream:
-                return
-            batch = self._take()
-        self._save(batch, indexed=self.log_frequency != 0)
+            batches = self._keep_plain()
+            last = self._take() if self.mode == "triton" and self._in_stream else None
+        for batch in batches:
+            self._save(batch, indexed=True)
+        if last is not None:
+            self._save(last, indexed=self.log_frequency != 0)
 
 
 @dataclass(frozen=True)

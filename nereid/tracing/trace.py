@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
@@ -332,20 +332,25 @@ PLAIN_NAMES = (
 )
 
 
+_NOT_SENT: tuple[str, int, str, int] = ("", 0, "", 0)
+
+
 class PlainTrace(RequestTrace):
     """A trace under a plain setting (Triton mode, TIMESTAMPS only, every request sampled) while its
     request takes the common way: received, admitted, executed once, released, answered, sent. Its times
-    wait in fields, with no list of timestamps, and are kept as one row of ints when it is sent.
+    wait in fields, with no list of timestamps. Sent, it waits in its setting's `plain` list, which keeps
+    a few hundred at a time as one row of ints each (`TraceSetting.keep_plain`).
 
     Any other step first turns it into a `RequestTrace` (`_general`: the list its times would be in), and
     it records as one from there on, so that what it writes never depends on the way its request took.
     """
 
-    __slots__ = ("received", "start", "queued", "end")
+    __slots__ = ("received", "start", "queued", "end", "sends")
     received: tuple[str | int, ...]  # the frontend's receive times: name, ns, name, ns
     start: int  # REQUEST_START (0: not admitted yet)
     queued: int  # QUEUE_START
     end: int  # REQUEST_END (0: not released yet)
+    sends: tuple[str, int, str, int]  # the frontend's send times, once sent: name, ns, name, ns
 
     @staticmethod
     def root(setting: TraceSetting, ids: Iterator[int], received: tuple[str | int, ...]) -> RequestTrace:
@@ -355,6 +360,7 @@ class PlainTrace(RequestTrace):
         trace: PlainTrace = _rooted(PlainTrace, setting, ids, None, None)  # type: ignore[assignment]
         trace.received = received  # and no list of timestamps (None) while it is plain
         trace.start = trace.queued = trace.end = 0
+        trace.sends = _NOT_SENT
         return trace
 
     def _general(self) -> None:
@@ -393,34 +399,14 @@ class PlainTrace(RequestTrace):
         RequestTrace.request_end(self, outputs, ns)
 
     def sent(self, start_name: str, start: int, end_name: str) -> None:
-        complete = self.complete
-        if self.stamps is None and self.end and complete:  # the whole common way: one row
+        if self.stamps is None and self.end and self.complete:  # the whole common way: one row, soon
             self._closed = True
-            received: tuple[Any, ...] = self.received
-            executed: tuple[int, int, int] = self.executed  # type: ignore[assignment]
-            compute = executed[0]
-            self.setting.write_row(
-                self.head,  # type: ignore[arg-type]
-                received[0],
-                received[2],
-                start_name,
-                end_name,
-                (
-                    self.id,
-                    received[1],
-                    received[3],
-                    self.start,
-                    self.queued,
-                    compute,
-                    compute,
-                    executed[1],
-                    executed[2],
-                    self.end,
-                    complete,
-                    start,
-                    _pc(),
-                ),
-            )
+            self.sends = (start_name, start, end_name, _pc())
+            setting = self.setting
+            plain = setting.plain
+            plain.append(self)
+            if len(plain) >= setting.plain_batch or setting.retired:
+                setting.keep_plain()
             return
         self._general()
         RequestTrace.sent(self, start_name, start, end_name)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from nereid.tracing import TraceManager
+from nereid.tracing import settings as settings_module
 from nereid.tracing import trace as trace_module
 from nereid.tracing.config import LEVEL_TENSORS, LEVEL_TIMESTAMPS, TraceConfig
 from nereid.tracing.records import TraceFormatter
@@ -414,4 +415,78 @@ def test_a_plain_root_trace_sets_every_field(tmp_path: Path) -> None:
     for name in PlainTrace.__slots__ + RequestTrace.__slots__:
         if name != "__weakref__":
             getattr(trace, name)  # set: no AttributeError
+    manager.close()
+
+
+def _plain(manager: TraceManager) -> PlainTrace:
+    trace = manager.sample("m", received=_RECEIVED)
+    assert isinstance(trace, PlainTrace)
+    return trace
+
+
+def _ids_written(path: Path) -> list[int]:
+    return [r["id"] for r in json.loads(path.read_text()) if "model_name" in r]
+
+
+def test_plain_traces_wait_sent_and_are_kept_a_few_hundred_at_a_time(tmp_path: Path) -> None:
+    """A plain trace sent waits in its setting's list, with no lock taken; PLAIN_WAITING of them are
+    kept at once, as rows of ints, and nothing holds them any more."""
+    manager = _manager(tmp_path)
+    setting = manager._global
+    traces = []
+    for _ in range(settings_module.PLAIN_WAITING - 1):
+        trace = _plain(manager)
+        _common(trace)
+        traces.append(trace)
+    assert setting.plain == traces and setting._kept == []
+    last = _plain(manager)
+    _common(last)
+    assert setting.plain == [] and len(setting._kept) == settings_module.PLAIN_WAITING
+    assert gc.get_referrers(last) == []
+    manager.close()
+    assert _ids_written(tmp_path / "trace.json") == list(range(1, settings_module.PLAIN_WAITING + 1))
+
+
+def test_plain_traces_fill_each_log_frequency_file_exactly(tmp_path: Path) -> None:
+    manager = _manager(tmp_path, log_frequency=3)
+    for _ in range(7):
+        _common(_plain(manager))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json.0", "trace.json.1"]
+    manager.close()
+    assert [_ids_written(tmp_path / f"trace.json.{i}") for i in range(3)] == [[1, 2, 3], [4, 5, 6], [7]]
+
+
+def test_plain_traces_waiting_keep_their_place_and_are_written_when_their_setting_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """A trace written on the general way after plain traces were sent follows them in the file; a
+    setting replaced while plain traces wait writes them once its last trace in flight ends."""
+    manager = _manager(tmp_path)
+    first, general, in_flight = _plain(manager), _sample(manager), _plain(manager)
+    _common(first)
+    general.request_start("m", 1, "", 3)
+    general.close()  # the general way: the plain trace sent before it is kept first
+    later = _plain(manager)
+    _common(later)
+    manager.update("", SettingUpdate(rate=2))
+    assert not (tmp_path / "trace.json").exists()  # `in_flight` is not sent yet
+    _common(in_flight)
+    assert (tmp_path / "trace.json").exists()
+    manager.close()
+    assert _ids_written(tmp_path / "trace.json") == [first.id, general.id, later.id, in_flight.id]
+
+
+def test_a_log_frequency_file_of_plain_traces_is_written_with_its_last_trace(tmp_path: Path) -> None:
+    """More traces to a file than wait at once: the file is still written when its last trace is sent,
+    a general trace among them counting too."""
+    frequency = settings_module.PLAIN_WAITING * 2 + 10
+    manager = _manager(tmp_path, log_frequency=frequency)
+    general = _sample(manager)
+    general.request_start("m", 1, "", 3)
+    general.close()
+    for _ in range(frequency - 2):
+        _common(_plain(manager))
+    assert not (tmp_path / "trace.json.0").exists()
+    _common(_plain(manager))
+    assert len(_ids_written(tmp_path / "trace.json.0")) == frequency
     manager.close()
