@@ -39,6 +39,7 @@ from _common import path_main, path_parser  # noqa: E402
 from pygrpc_native import EVENT_CALL  # noqa: E402
 from tritonclient.grpc import service_pb2 as pb  # noqa: E402
 
+from nereid import heap  # noqa: E402
 from nereid.frontends.grpc import start_grpc_server  # noqa: E402
 from nereid.server import build_engine  # noqa: E402
 from nereid.settings import GrpcOptions, ServerSettings  # noqa: E402
@@ -161,6 +162,7 @@ def _run(args: argparse.Namespace) -> list[tuple[float, float]]:
             trace=trace,
         )
         engine = build_engine(settings)
+        heap.settle()  # as the nereid command does once its models are loaded
         try:
             return uvloop.run(_drive(settings, engine, args))
         finally:

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from _common import path_main, path_parser  # noqa: E402
 from http_dispatch import Transport  # noqa: E402
 
+from nereid import heap  # noqa: E402
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response  # noqa: E402
 from nereid.frontends.http.protocol import _Connection  # noqa: E402
 from nereid.server import build_engine  # noqa: E402
@@ -138,6 +139,7 @@ def _run(args: argparse.Namespace) -> list[tuple[float, float]]:
             model_repositories=(repository,), backend_config={"python": python}, trace=trace
         )
         engine = build_engine(settings)
+        heap.settle()  # as the nereid command does once its models are loaded
         try:
             frontend = HttpFrontend(engine, settings)
             tracing = engine.tracer if args.traced else None

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from nereid import TRITON_PROTOCOL_VERSION, __version__
+from nereid import TRITON_PROTOCOL_VERSION, __version__, heap
 from nereid.backends.python.process import kill_all_workers
 from nereid.cache import probe_cache
 from nereid.engine import Engine
@@ -101,9 +101,11 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
         if not settings.allow_http and not settings.allow_grpc:
             log.error("exiting: --allow-http=false and --allow-grpc=false leave no endpoint to serve")
             return 1
+        heap.settle()  # the models that start with the server are loaded
         code = _run(_serve(engine, settings, shutdown))
         return code
     finally:
+        heap.thaw()
         _stop_engine(engine, shutdown.deadline, code)
         log.info("Nereid stopped")
 

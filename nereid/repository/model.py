@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from nereid import heap
 from nereid.datatypes import config_to_wire, numpy_dtype
 from nereid.errors import ModelConfigError
 from nereid.scheduling import Scheduler
@@ -106,6 +107,7 @@ class ModelVersion:
     def stop(self) -> None:
         """Release the instances (a Python model's finalize has run when this returns)."""
         self.scheduler.stop()
+        heap.version_unloaded()
         # Triton's line for every version it unloads, at shutdown too; tools count them.
         logging.getLogger(__name__).info("successfully unloaded '%s' version %d", self.name, self.version)
 
