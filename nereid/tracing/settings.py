@@ -129,7 +129,8 @@ class TraceSetting:
         # Plain traces sent and not kept yet, in the order sent: appended to with no lock (an append is
         # atomic under the GIL, and the list is never replaced), kept a few hundred at a time.
         self.plain: list[PlainTrace] = []
-        self.plain_batch = min(self._batch, PLAIN_WAITING)  # how many to wait for: see `_plain_due`
+        self.plain_batch = 0  # how many to wait for: see `_plain_due`
+        self._plain_due()
         self.every = False  # whether every request is sampled, none counted (valid, rate 1, no count)
         # the model's record, frontend's names and layout of the last plain trace kept whose layout is kept
         self._last_row: tuple[object, ...] = (None,) * 6
@@ -185,8 +186,7 @@ class TraceSetting:
         with self._lock:
             batches = self._keep_plain()
             finished = self.retired and self._flying() == 0
-        for batch in batches:
-            self._save(batch, indexed=True)
+        self._save_all(batches)
         if finished:
             self.flush()
 
@@ -269,8 +269,7 @@ class TraceSetting:
                 batches.append(self._take())
             self._plain_due()
             finished = self.retired and self._flying() == 0
-        for batch in batches:
-            self._save(batch, indexed=True)
+        self._save_all(batches)
         if finished:
             self.flush()
 
@@ -287,6 +286,10 @@ class TraceSetting:
         self._in_stream = 0
         return batch
 
+    def _save_all(self, batches: list[tuple[list[Layout | bytes], list[int]]]) -> None:
+        for batch in batches:
+            self._save(batch, indexed=True)
+
     def _save(self, batch: tuple[list[Layout | bytes], list[int]], indexed: bool) -> None:
         kept, values = batch
         if kept:
@@ -298,8 +301,7 @@ class TraceSetting:
             self.retired = True
             batches = self._keep_plain()
             finished = self._flying() == 0
-        for batch in batches:
-            self._save(batch, indexed=True)
+        self._save_all(batches)
         if finished:
             self.flush()
 
@@ -308,8 +310,7 @@ class TraceSetting:
         with self._lock:
             batches = self._keep_plain()
             last = self._take() if self.mode == "triton" and self._in_stream else None
-        for batch in batches:
-            self._save(batch, indexed=True)
+        self._save_all(batches)
         if last is not None:
             self._save(last, indexed=self.log_frequency != 0)
 
