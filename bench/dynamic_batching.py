@@ -44,7 +44,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import ROOT, free_port, start, start_nereid, stop, wait_ready
+from _common import ROOT, ensure_modules, free_port, start, start_nereid, stop, wait_ready
 from cpu import completed_requests, cpu_per_request
 from grpc_frontend import wait_port
 from perf_analyzer import install_perf_analyzer, measure_model
@@ -238,6 +238,10 @@ def main() -> int:
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     protocols = tuple(args.protocol or ("http", "grpc"))
     tool = install_perf_analyzer()
+    if args.shared_memory == "none":  # the bare ceilings' servers (uvloop under both)
+        ensure_modules(
+            ("uvicorn", "uvicorn"), ("uvloop", "uvloop"), ("httptools", "httptools"), ("orjson", "orjson")
+        )
     runs = [Run("nereid" if m == "process" else f"nereid-{m}", protocols) for m in args.modes.split(",")]
     runs.append(Run("triton", protocols))
     if args.shared_memory == "none":  # the bare ceilings register no regions
