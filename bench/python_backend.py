@@ -41,8 +41,8 @@ def nereid_name(mode: str) -> str:
     return "nereid" if mode == "process" else f"nereid-{mode}"
 
 
-def nereid_starter(mode: str) -> Callable[[int, Path], subprocess.Popen[bytes]]:
-    flags = () if mode == "process" else (f"--backend-config=python,execution-mode={mode}",)
+def nereid_starter(mode: str, extra: list[str]) -> Callable[[int, Path], subprocess.Popen[bytes]]:
+    flags = [*extra] if mode == "process" else [*extra, f"--backend-config=python,execution-mode={mode}"]
     return lambda port, repository: start_nereid(port, repository, None, *flags)
 
 
@@ -63,13 +63,16 @@ def main() -> int:
     parser.add_argument("--nereid-only", action="store_true", help="skip the real Triton")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both servers, alternating")
     parser.add_argument("--modes", default="process,thread", help="Nereid's Python execution modes to run")
+    parser.add_argument(
+        "--nereid-flag", action="append", default=[], help="a flag for Nereid's command line (repeatable)"
+    )
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     protocols = args.protocol or sorted(PROTOCOLS)
 
     binary, lib = install_perf_analyzer()
     servers: dict[str, Callable[[int, Path], subprocess.Popen[bytes]]] = {
-        nereid_name(mode): nereid_starter(mode) for mode in args.modes.split(",")
+        nereid_name(mode): nereid_starter(mode, args.nereid_flag) for mode in args.modes.split(",")
     }
     if not args.nereid_only:
         servers["triton"] = start_triton
