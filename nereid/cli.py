@@ -190,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict-readiness", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-on-error", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--exit-timeout-secs", type=int, default=30)
+    p.add_argument("--cpu-scheduling", choices=("batch", "normal"), default="batch")
     p.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL")
     p.add_argument("--log-info", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--log-warning", type=_bool, default=True, metavar="BOOL")
@@ -411,6 +412,7 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
+        batch_scheduling=args.cpu_scheduling == "batch",
         log=_log_settings(args),
         log_escape=escape_messages(os.environ),
         backend_config=backend_config,

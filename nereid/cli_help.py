@@ -84,6 +84,9 @@ HELP = {
     "compression, connection ageing or deflate-compressed requests are asked for, or the extra is missing",
     "--grpc-request-compression": "compressions gRPC requests may use, gzip and/or deflate; others are refused "
     "with UNIMPLEMENTED. The native core decompresses gzip only: 'gzip' lets --grpc-core=auto pick it",
+    "--cpu-scheduling": "Linux scheduling policy of the server's threads and worker processes: batch "
+    "(SCHED_BATCH: a thread woken by another waits for a CPU rather than taking the waker's at once, for "
+    "fewer context switches per request) or normal (the policy the server was started with)",
     "--cache-config": "the response cache: local,size=BYTES or redis,host=...,port=...,password=... "
     "(repeatable, one setting each)",
     "--response-cache-byte-size": "Triton's older flag: a local response cache of this many bytes",

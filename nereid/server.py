@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from nereid import TRITON_PROTOCOL_VERSION, __version__, heap
+from nereid import TRITON_PROTOCOL_VERSION, __version__, heap, host
 from nereid.backends.python.process import kill_all_workers
 from nereid.cache import probe_cache
 from nereid.engine import Engine
@@ -84,6 +84,10 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
     log.info("Nereid %s (Triton protocol %s) starting", __version__, TRITON_PROTOCOL_VERSION)
     for warning in warnings or []:
         log.warning(warning)
+    if settings.batch_scheduling:  # before the models' threads and worker processes start: they inherit it
+        problem = host.batch_scheduling()
+        if problem is not None:
+            log.warning("--cpu-scheduling=batch: left as it was (%s)", problem)
     try:
         engine = build_engine(settings, server_log)
     except NereidError as exc:

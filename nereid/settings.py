@@ -205,6 +205,7 @@ class ServerSettings:
     strict_readiness: bool = True
     exit_on_error: bool = True
     exit_timeout_secs: int = 30
+    batch_scheduling: bool = True  # the server's threads and workers under SCHED_BATCH (host.py)
     log: LogSettings = field(default_factory=LogSettings)  # --log-* flags; changed at run time by /v2/logging
     log_escape: bool = True  # TRITON_SERVER_ESCAPE_LOG_MESSAGES: messages written as JSON strings
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)

@@ -1,0 +1,113 @@
+"""The server's threads under SCHED_BATCH (nereid/host.py, --cpu-scheduling).
+
+A scheduling policy belongs to a thread and is inherited, so the module's own cases run in a fresh
+interpreter, and the server's are read from /proc while it serves."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nereid import host
+from tests.conftest import ROOT, start_nereid, stop
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+
+_CASES = r"""
+import os, subprocess, sys, threading
+from nereid.host import batch_scheduling
+
+def policy_of_a_new_thread():
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0)))
+    thread.start()
+    thread.join()
+    return seen[0]
+
+release = threading.Event()
+tids = {}
+
+def early(name, policy):
+    tids[name] = threading.get_native_id()
+    if policy is not None:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    tids[name + " ready"] = True
+    release.wait()
+
+threads = [threading.Thread(target=early, args=("plain", None)), threading.Thread(target=early, args=("idle", os.SCHED_IDLE))]
+for thread in threads:
+    thread.start()
+while len(tids) < 4:
+    pass
+assert policy_of_a_new_thread() == os.SCHED_OTHER
+assert batch_scheduling() is None
+assert os.sched_getscheduler(0) == os.SCHED_BATCH
+assert os.sched_getscheduler(tids["plain"]) == os.SCHED_BATCH  # started before: changed too
+assert os.sched_getscheduler(tids["idle"]) == os.SCHED_IDLE  # an operator's choice: left alone
+assert policy_of_a_new_thread() == os.SCHED_BATCH
+child = subprocess.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"], capture_output=True, text=True)
+assert int(child.stdout) == os.SCHED_BATCH, child
+release.set()
+print("ok")
+"""
+
+
+def test_every_thread_and_what_starts_later_get_sched_batch() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _CASES], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_a_sandbox_that_refuses_the_policy_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*_: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_getscheduler", lambda _: os.SCHED_OTHER)
+    monkeypatch.setattr(os, "sched_setscheduler", refused)
+    assert host.batch_scheduling() == "Operation not permitted"
+
+
+def _policies(pid: int) -> dict[str, int]:
+    """The policy of every thread of a process and of its child processes, by 'pid/tid'."""
+    found = {}
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    pids += [int(child) for child in children]
+    for process in pids:
+        for tid in os.listdir(f"/proc/{process}/task"):
+            try:
+                found[f"{process}/{tid}"] = os.sched_getscheduler(int(tid))
+            except ProcessLookupError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize(
+    ("flags", "policy"),
+    [((), os.SCHED_BATCH), (("--cpu-scheduling=normal",), os.SCHED_OTHER)],
+    ids=["default", "normal"],
+)
+def test_the_server_its_threads_and_workers_run_under_the_policy_asked_for(
+    tmp_path: Path, flags: tuple[str, ...], policy: int
+) -> None:
+    running = start_nereid(
+        ROOT / "examples" / "python_model_repository",
+        tmp_path / "server.log",
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",  # a worker process
+        *flags,
+        grpc=True,
+    )
+    try:
+        policies = _policies(running.process.pid)
+        workers = {key.split("/")[0] for key in policies} - {str(running.process.pid)}
+        assert workers, "add_sub runs in a worker process"
+        assert len(policies) > 3 and set(policies.values()) == {policy}, policies
+    finally:
+        stop(running.process)
+    assert "--cpu-scheduling" not in running.log()  # no warning
