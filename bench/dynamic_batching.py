@@ -67,7 +67,7 @@ class Run:
 
     name: str
     protocols: tuple[str, ...]
-    flags: tuple[str, ...] = ()  # Nereid's extra flags (--traced)
+    flags: tuple[str, ...] = ()  # Nereid's extra flags (--nereid-flag, --traced)
     rates: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     cpu_us: dict[tuple[str, int], list[float]] = field(default_factory=dict)  # per request
     client_us: dict[tuple[str, int], list[float]] = field(
@@ -230,6 +230,12 @@ def main() -> int:
         help="where perf_analyzer puts the tensors: in the request body, or in system shared memory regions",
     )
     parser.add_argument(
+        "--nereid-flag",
+        action="append",
+        default=[],
+        help="a flag for every Nereid's command line (repeatable)",
+    )
+    parser.add_argument(
         "--traced",
         action="store_true",
         help="also run each Nereid mode tracing every request (rate 1, TIMESTAMPS, a trace file)",
@@ -242,7 +248,11 @@ def main() -> int:
         ensure_modules(
             ("uvicorn", "uvicorn"), ("uvloop", "uvloop"), ("httptools", "httptools"), ("orjson", "orjson")
         )
-    runs = [Run("nereid" if m == "process" else f"nereid-{m}", protocols) for m in args.modes.split(",")]
+    nereid_flags = tuple(args.nereid_flag)
+    runs = [
+        Run("nereid" if m == "process" else f"nereid-{m}", protocols, flags=nereid_flags)
+        for m in args.modes.split(",")
+    ]
     runs.append(Run("triton", protocols))
     if args.shared_memory == "none":  # the bare ceilings register no regions
         runs.extend(Run(CEILINGS[p], (p,)) for p in protocols)
@@ -253,7 +263,7 @@ def main() -> int:
                 paired.append(r)
                 if r.name.startswith("nereid"):
                     flags = trace_flags(Path(tmp) / f"{r.name}.trace.json")
-                    paired.append(Run(f"{r.name}+trace", protocols, flags=flags))
+                    paired.append(Run(f"{r.name}+trace", protocols, flags=(*nereid_flags, *flags)))
             runs = paired
         repository = batched_repository(Path(tmp) / "repository")
         for round_ in range(args.rounds):
