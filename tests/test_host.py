@@ -76,8 +76,11 @@ def _policies(pid: int) -> dict[str, int]:
     """The policy of every thread of a process and of its child processes, by 'pid/tid'."""
     found = {}
     pids = [pid]
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    pids += [int(child) for child in children]
+    for task in Path(f"/proc/{pid}/task").iterdir():  # a child is listed by the thread that started it
+        try:
+            pids += [int(child) for child in (task / "children").read_text().split()]
+        except FileNotFoundError:  # that thread ended meanwhile
+            continue
     for process in pids:
         for tid in os.listdir(f"/proc/{process}/task"):
             try:
