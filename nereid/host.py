@@ -14,7 +14,7 @@ def available_cpus() -> int:
 
 def batch_scheduling() -> str | None:
     """Put this process's threads under Linux's SCHED_BATCH policy; threads and processes it starts later
-    inherit it. Returns why it could not, or None.
+    inherit it. Returns why the system refused, or None (also where there is no such policy: not Linux).
 
     A thread of the server wakes another many times per batch of requests: the event loop an instance's
     thread, that thread the loop, the loop the gRPC core's thread with each response. Under the default
@@ -24,7 +24,7 @@ def batch_scheduling() -> str | None:
     that shows most over gRPC, whose core's thread the loop wakes with every response (bench/README.md).
     Threads under another policy (SCHED_IDLE, real-time: an operator's choice) are left alone."""
     if not hasattr(os, "SCHED_BATCH") or not os.path.isdir("/proc/self/task"):
-        return "the platform has no SCHED_BATCH"
+        return None
     for tid in os.listdir("/proc/self/task"):  # threads that libraries started at import
         try:
             if os.sched_getscheduler(int(tid)) == os.SCHED_OTHER:
