@@ -4,13 +4,17 @@ been coming soon enough for it to pay."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from nereid.backends.python.worker import wire
 from nereid.backends.python.worker.stub import Worker
+from tests.conftest import ROOT, start_nereid, stop
 
 
 @pytest.fixture
@@ -56,3 +60,59 @@ def test_an_execute_frame_says_whether_to_poll_after_it(
         ((kind, answered, slot, _, results),) = wire.receive(server, reader)  # type: ignore[misc]
         assert (kind, answered, slot, results) == (wire.RESULT, seq, 0, ())
         assert stub._poll_after is alone
+
+
+def _voluntary_switches(pid: int) -> int:
+    """How many times the process's main thread went to sleep so far."""
+    for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_a_worker_that_sleeps_between_executions_sleeps_once_each(tmp_path: Path) -> None:
+    # One request at a time with polling off: the worker sleeps for each EXECUTE. Asleep in a blocking
+    # recvmsg, it was also woken when the server read its RESULT (the kernel's write-space wake-up of a Unix
+    # socket's waiters), and slept again: two sleeps an execution where one is enough.
+    running = start_nereid(
+        ROOT / "examples" / "python_model_repository",
+        tmp_path / "server.log",
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",
+        "--backend-config=python,busy-wait-microseconds=0",
+    )
+    try:
+        (worker,) = (
+            int(child)
+            for task in Path(f"/proc/{running.process.pid}/task").iterdir()
+            for child in (task / "children").read_text().split()
+        )
+        body = json.dumps(
+            {
+                "inputs": [
+                    {"name": name, "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}
+                    for name in ("INPUT0", "INPUT1")
+                ]
+            }
+        )
+        connection = http.client.HTTPConnection("127.0.0.1", running.http_port, timeout=30)
+        try:
+
+            def infer() -> None:
+                connection.request("POST", "/v2/models/add_sub/infer", body)
+                response = connection.getresponse()
+                assert response.status == 200, response.read()
+                response.read()
+
+            infer()  # the worker's first execution sets up what later ones reuse
+            before = _voluntary_switches(worker)
+            count = 200
+            for _ in range(count):
+                infer()
+            slept = _voluntary_switches(worker) - before
+        finally:
+            connection.close()
+    finally:
+        stop(running.process)
+    assert count <= slept < 1.5 * count, f"{slept} sleeps for {count} executions"

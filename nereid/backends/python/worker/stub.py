@@ -10,6 +10,7 @@ import faulthandler
 import importlib.util
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -85,6 +86,8 @@ class Worker:
         self._busy_wait_s = 0.0
         self._gap_s = 0.0  # smoothed wait between the end of one frame's work and the next frame
         self._poll_after = False  # the last execution came with nothing ahead of it (see _next)
+        self._readable = select.poll()  # where the worker sleeps until the server writes (see _receive)
+        self._readable.register(sock, select.POLLIN)
 
     # transport
     def send(self, message: tuple, fd: int = -1) -> None:
@@ -104,13 +107,30 @@ class Worker:
                 if self._poll_after and self._gap_s < 2 * self._busy_wait_s:
                     self._poll(self._busy_wait_s)
                 while not channel.frames:
-                    frames = wire.receive(self._sock, self._reader)
+                    frames = self._receive()
                     if frames is None:
                         channel.closed = True
                         return None
                     channel.deliver(frames)
                 self._gap_s += _SMOOTHING * (time.perf_counter() - waited - self._gap_s)
             return channel.frames.pop(0)
+
+    def _receive(self) -> list[tuple] | None:
+        """The frames of the next read, sleeping in poll() until the server writes. Not asleep in a
+        blocking recvmsg: a reader blocked there is also woken each time the server reads what this worker
+        sent (the kernel wakes a Unix socket's waiters when its peer frees send space), a second sleep and
+        wake-up an execution, where poll() wakes for input alone."""
+        try:
+            # Non-blocking for this read only: model threads may be sending logs on the socket.
+            return wire.receive(self._sock, self._reader, socket.MSG_DONTWAIT)  # fed: no sleep at all
+        except BlockingIOError:
+            pass
+        while True:
+            self._readable.poll()
+            try:
+                return wire.receive(self._sock, self._reader, socket.MSG_DONTWAIT)
+            except BlockingIOError:  # woken with nothing to read after all: sleep again
+                continue
 
     def _poll(self, seconds: float) -> None:
         """Look for the next frame for a while before sleeping on the socket: waking a sleeping process
