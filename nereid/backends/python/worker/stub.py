@@ -116,18 +116,15 @@ class Worker:
             return channel.frames.pop(0)
 
     def _receive(self) -> list[tuple] | None:
-        """The frames of the next read, sleeping in poll() until the server writes. Not asleep in a
-        blocking recvmsg: a reader blocked there is also woken each time the server reads what this worker
-        sent (the kernel wakes a Unix socket's waiters when its peer frees send space), a second sleep and
-        wake-up an execution, where poll() wakes for input alone."""
-        try:
-            # Non-blocking for this read only: model threads may be sending logs on the socket.
-            return wire.receive(self._sock, self._reader, socket.MSG_DONTWAIT)  # fed: no sleep at all
-        except BlockingIOError:
-            pass
+        """The frames of the next read, once the server wrote. The worker sleeps in poll(), not in a blocking
+        recvmsg: a reader blocked there is also woken each time the server reads what this worker sent (the
+        kernel wakes a Unix socket's waiters when its peer frees send space), a second sleep and wake-up an
+        execution, where poll() wakes for input alone. Polled first even when input waits: one cheap call,
+        where a read that finds nothing would cost an exception."""
         while True:
             self._readable.poll()
             try:
+                # Non-blocking for this read only: model threads may be sending logs on the socket.
                 return wire.receive(self._sock, self._reader, socket.MSG_DONTWAIT)
             except BlockingIOError:  # woken with nothing to read after all: sleep again
                 continue
