@@ -115,6 +115,19 @@ def start_nereid(repository: Path, log_path: Path, *extra: str, grpc: bool = Fal
     return server
 
 
+def child_processes(pid: int) -> list[int]:
+    """The processes `pid` started and that still run (its Python workers), from /proc: a child is listed
+    under the thread that started it, which need not be the main one. Empty where /proc lacks the lists."""
+    tasks = Path(f"/proc/{pid}/task")
+    children: list[int] = []
+    for task in tasks.iterdir() if tasks.is_dir() else ():
+        try:
+            children += [int(child) for child in (task / "children").read_text().split()]
+        except FileNotFoundError:  # that thread ended meanwhile, or no such list on this kernel
+            continue
+    return children
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         # A stopping server serves the connections open at the signal until their clients close them (as

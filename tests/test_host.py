@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nereid import host
-from tests.conftest import ROOT, start_nereid, stop
+from tests.conftest import ROOT, child_processes, start_nereid, stop
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
 
@@ -102,13 +102,7 @@ def test_a_server_whose_sandbox_refuses_the_policy_says_so_and_goes_on(tmp_path:
 def _policies(pid: int) -> dict[str, int]:
     """The policy of every thread of a process and of its child processes, by 'pid/tid'."""
     found = {}
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():  # a child is listed by the thread that started it
-        try:
-            pids += [int(child) for child in (task / "children").read_text().split()]
-        except FileNotFoundError:  # that thread ended meanwhile
-            continue
-    for process in pids:
+    for process in [pid, *child_processes(pid)]:
         for tid in os.listdir(f"/proc/{process}/task"):
             try:
                 found[f"{process}/{tid}"] = os.sched_getscheduler(int(tid))

@@ -23,7 +23,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import RunningServer, start_nereid, stop
+from tests.conftest import RunningServer, child_processes, start_nereid, stop
 
 OCR = Path(__file__).resolve().parent.parent / "examples" / "ocr"
 # Without the `ocr` extra (pip install -e '.[ocr]') or the fonts the pages are drawn with, these tests
@@ -175,9 +175,7 @@ def test_pages_run_one_at_a_time_in_the_server_process(server: RunningServer) ->
     assert [len(r) for r in results] == [2] * len(pages)
     after = _detector_counts(server)
     assert (after[0] - before[0], after[1] - before[1]) == (len(pages), len(pages))
-    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
-    if children.exists():
-        assert children.read_text().split() == []
+    assert child_processes(server.process.pid) == []
 
 
 @pytest.fixture

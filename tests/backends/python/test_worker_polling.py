@@ -14,7 +14,7 @@ import pytest
 
 from nereid.backends.python.worker import wire
 from nereid.backends.python.worker.stub import Worker
-from tests.conftest import ROOT, start_nereid, stop
+from tests.conftest import ROOT, child_processes, start_nereid, stop
 
 
 @pytest.fixture
@@ -83,11 +83,7 @@ def test_a_worker_that_sleeps_between_executions_sleeps_once_each(tmp_path: Path
         "--backend-config=python,busy-wait-microseconds=0",
     )
     try:
-        (worker,) = (
-            int(child)
-            for task in Path(f"/proc/{running.process.pid}/task").iterdir()
-            for child in (task / "children").read_text().split()
-        )
+        (worker,) = child_processes(running.process.pid)
         body = json.dumps(
             {
                 "inputs": [
