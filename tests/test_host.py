@@ -136,3 +136,28 @@ def test_the_server_its_threads_and_workers_run_under_the_policy_asked_for(
     finally:
         stop(running.process)
     assert "--cpu-scheduling" not in running.log()  # no warning
+
+
+@pytest.mark.parametrize(
+    ("driver", "poll_ns", "polls"),
+    [
+        ("haltpoll\n", "200000\n", True),  # a guest whose idle CPUs poll 200 us before halting
+        ("haltpoll\n", "0\n", False),  # a guest whose idle CPUs halt at once
+        ("intel_idle\n", None, False),
+        (None, None, False),  # no cpuidle to read
+        ("haltpoll\n", "soon\n", False),
+    ],
+)
+def test_idle_cpus_poll_only_under_haltpoll_with_a_poll_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, driver: str | None, poll_ns: str | None, polls: bool
+) -> None:
+    for name, text in (("CPUIDLE_DRIVER", driver), ("GUEST_HALT_POLL_NS", poll_ns)):
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        monkeypatch.setattr(host, name, path)
+    host.idle_cpus_poll_before_halting.cache_clear()
+    try:
+        assert host.idle_cpus_poll_before_halting() is polls
+    finally:
+        host.idle_cpus_poll_before_halting.cache_clear()

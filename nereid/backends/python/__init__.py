@@ -27,7 +27,9 @@ Settings, from `--backend-config=python,<key>=<value>` (server-wide) and from th
   polling trades that for CPU time. Each side polls only while the waits it has seen lately were
   short enough for polling to pay (under twice the window), so sparse traffic and slow models cost
   no polling; a worker also polls only after an execution the server sent with none ahead of it (under
-  load the server keeps it fed and needs the CPU itself). Default 500; 0 turns polling off.
+  load the server keeps it fed and needs the CPU itself). Default 500, or 0 where the host's idle CPUs
+  poll before they halt (`nereid.host.idle_cpus_poll_before_halting`: the kernel then keeps a CPU awake
+  for the next wake-up, and polling here only adds CPU); 0 turns polling off.
 """
 
 from __future__ import annotations
@@ -49,11 +51,12 @@ from nereid.backends.python.instance import PythonInstance
 from nereid.backends.python.process import WorkerLaunch, WorkerProcess, start_worker
 from nereid.backends.python.worker import wire
 from nereid.errors import ModelConfigError, Unavailable
+from nereid.host import idle_cpus_poll_before_halting
 from nereid.model_config import config_from_json, config_to_json
 
 log = logging.getLogger("nereid.backends.python")
 
-DEFAULT_BUSY_WAIT_US = 500
+POLLING_BUSY_WAIT_US = 500  # the default where idle CPUs halt at once (see `default_busy_wait_us`)
 SPARE_LIFETIME_S = 10.0
 STOP_TIMEOUT_S = 5.0  # for a spare worker, which runs no model code at finalize
 
@@ -211,8 +214,13 @@ def _launch(config: mc.ModelConfig, model_dir: Path, backend_config: Mapping[str
         stub_timeout_s=number("", "stub-timeout-seconds", 30.0) or 30.0,
         execute_timeout_s=number("EXECUTE_TIMEOUT_SECONDS", "execute-timeout-seconds", 0.0),
         stuck_after_s=number("STUCK_EXECUTION_SECONDS", "stuck-execution-seconds", 0.0),
-        busy_wait_us=int(number("", "busy-wait-microseconds", DEFAULT_BUSY_WAIT_US)),
+        busy_wait_us=int(number("", "busy-wait-microseconds", default_busy_wait_us())),
     )
+
+
+def default_busy_wait_us() -> int:
+    """How long workers poll unless `busy-wait-microseconds` says: only where the kernel does not poll."""
+    return 0 if idle_cpus_poll_before_halting() else POLLING_BUSY_WAIT_US
 
 
 def _auto_complete_error(model: str) -> Callable[[str], ModelConfigError]:

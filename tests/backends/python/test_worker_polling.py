@@ -11,7 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tritonclient.grpc import model_config_pb2 as mc
 
+from nereid.backends import python as python_backend
 from nereid.backends.python.worker import wire
 from nereid.backends.python.worker.stub import Worker
 from tests.conftest import ROOT, child_processes, start_nereid, stop
@@ -112,3 +114,24 @@ def test_a_worker_that_sleeps_between_executions_sleeps_once_each(tmp_path: Path
     finally:
         stop(running.process)
     assert count <= slept < 1.5 * count, f"{slept} sleeps for {count} executions"
+
+
+@pytest.mark.parametrize(
+    ("host_polls", "backend_config", "busy_wait_us"),
+    [
+        (False, {}, 500),
+        (True, {}, 0),
+        (True, {"busy-wait-microseconds": "300"}, 300),
+        (False, {"busy-wait-microseconds": "0"}, 0),
+    ],
+)
+def test_workers_poll_by_default_only_where_idle_cpus_halt_at_once(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    host_polls: bool,
+    backend_config: dict[str, str],
+    busy_wait_us: int,
+) -> None:
+    monkeypatch.setattr(python_backend, "idle_cpus_poll_before_halting", lambda: host_polls)
+    launch = python_backend._launch(mc.ModelConfig(name="m", backend="python"), tmp_path, backend_config)
+    assert launch.busy_wait_us == busy_wait_us
