@@ -8,8 +8,7 @@ ways: both processes left to the scheduler; each pinned to its own CPU (the work
 but every wake-up crosses CPUs); the parent polling for the answer instead of sleeping; and, in place
 of the socket, a shared mapping with a POSIX semaphore each way (how Triton's stub hands messages over).
 The overhead column is the round trip minus the child's work: what the two wake-ups cost; the child's
-CPU per message (from /proc, in clock ticks) is what its sleep, wake-up and answer cost it beside its
-work.
+CPU per message (from /proc, in clock ticks) is its work plus what its sleep, wake-up and answer cost it.
 """
 
 from __future__ import annotations
@@ -92,29 +91,31 @@ def semaphore_round_trips(work_s: float, count: int) -> tuple[list[float], float
     """`round_trips` left to the scheduler, with the message in a shared mapping and a POSIX semaphore
     each way in place of the socket."""
     to_child, to_parent = multiprocessing.Semaphore(0), multiprocessing.Semaphore(0)
-    shared = mmap.mmap(-1, 4096)
-    shared[0] = 1
-    pid = os.fork()
-    if pid == 0:  # the worker
-        while True:
-            to_child.acquire()
-            if not shared[0]:
+    with mmap.mmap(-1, 4096) as shared:
+        shared[0] = 1
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the worker, until told to stop or orphaned (a semaphore, unlike a socket, never ends)
+            try:
+                while shared[0] and os.getppid() == parent:
+                    if to_child.acquire(timeout=1.0) and shared[0]:
+                        shared[200:300] = shared[100:200]
+                        _spin(work_s)
+                        to_parent.release()
+            finally:
                 os._exit(0)
-            shared[200:300] = shared[100:200]
-            _spin(work_s)
-            to_parent.release()
 
-    def exchange() -> None:
-        shared[100:200] = b"y" * 100
-        to_child.release()
-        to_parent.acquire()
+        def exchange() -> None:
+            shared[100:200] = b"y" * 100
+            to_child.release()
+            to_parent.acquire()
 
-    try:
-        return _timed(pid, count, exchange)
-    finally:
-        shared[0] = 0
-        to_child.release()
-        os.waitpid(pid, 0)
+        try:
+            return _timed(pid, count, exchange)
+        finally:
+            shared[0] = 0
+            to_child.release()
+            os.waitpid(pid, 0)
 
 
 def main() -> int:

@@ -6,8 +6,10 @@ import functools
 import os
 from pathlib import Path
 
-# cpuidle-haltpoll, the idle driver of KVM guests that poll before halting, and its longest poll
+# KVM guests that poll before halting run the cpuidle-haltpoll driver with the haltpoll governor, whose
+# guest_halt_poll_ns is the longest each idle CPU polls (it adapts its poll up to that; 0: it never polls).
 CPUIDLE_DRIVER = Path("/sys/devices/system/cpu/cpuidle/current_driver")
+CPUIDLE_GOVERNOR = Path("/sys/devices/system/cpu/cpuidle/current_governor_ro")
 GUEST_HALT_POLL_NS = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
 
 
@@ -44,17 +46,19 @@ def batch_scheduling() -> str | None:
 
 @functools.cache
 def idle_cpus_poll_before_halting() -> bool:
-    """Whether this host's idle CPUs poll a while before they halt: a virtual machine whose idle driver is
-    cpuidle-haltpoll with a poll time above 0. False where it cannot tell.
+    """Whether this host's idle CPUs poll a while before they halt: a virtual machine under the haltpoll
+    idle driver and governor, with a poll time above 0. False where it cannot tell. Read once: a server
+    keeps what it found at start.
 
     On a virtual machine whose idle CPUs halt at once, waking a process that sleeps costs the woken one
     about 50 us of CPU when it lands on the other, halted CPU (bench/wakeup_latency.py), which is what the
-    Python backend's polling avoids. Where the kernel polls for it, the woken process finds its CPU
-    awake, and polling in the worker only adds CPU: at concurrency 1 a worker that sleeps spent 26 us a
-    request against 86 polling, at the same rate (bench/README.md)."""
+    Python backend's polling (the worker's and the event loop's) avoids. Where the kernel polls for it,
+    the woken process finds its CPU awake, and polling only adds CPU: at concurrency 1 a worker that
+    sleeps spent 26 us a request against 86 polling, at the same rate (bench/README.md)."""
     try:
         driver = CPUIDLE_DRIVER.read_text().strip()
+        governor = CPUIDLE_GOVERNOR.read_text().strip()
         poll_ns = int(GUEST_HALT_POLL_NS.read_text())
     except (OSError, ValueError):
         return False
-    return driver == "haltpoll" and poll_ns > 0
+    return driver == governor == "haltpoll" and poll_ns > 0

@@ -139,19 +139,28 @@ def test_the_server_its_threads_and_workers_run_under_the_policy_asked_for(
 
 
 @pytest.mark.parametrize(
-    ("driver", "poll_ns", "polls"),
+    ("driver", "governor", "poll_ns", "polls"),
     [
-        ("haltpoll\n", "200000\n", True),  # a guest whose idle CPUs poll 200 us before halting
-        ("haltpoll\n", "0\n", False),  # a guest whose idle CPUs halt at once
-        ("intel_idle\n", None, False),
-        (None, None, False),  # no cpuidle to read
-        ("haltpoll\n", "soon\n", False),
+        ("haltpoll\n", "haltpoll\n", "200000\n", True),  # a guest whose idle CPUs poll 200 us before halting
+        ("haltpoll\n", "haltpoll\n", "0\n", False),  # a guest whose idle CPUs halt at once
+        ("intel_idle\n", "menu\n", "200000\n", False),  # the governor's parameter, with another driver
+        ("haltpoll\n", "menu\n", "200000\n", False),  # another governor: the parameter is not used
+        ("acpi_idle\n", "haltpoll\n", "200000\n", False),  # only the driver and governor pair measured
+        ("haltpoll\n", "haltpoll\n", None, False),
+        (None, None, None, False),  # no cpuidle to read
+        ("haltpoll\n", "haltpoll\n", "soon\n", False),
     ],
 )
 def test_idle_cpus_poll_only_under_haltpoll_with_a_poll_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, driver: str | None, poll_ns: str | None, polls: bool
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    driver: str | None,
+    governor: str | None,
+    poll_ns: str | None,
+    polls: bool,
 ) -> None:
-    for name, text in (("CPUIDLE_DRIVER", driver), ("GUEST_HALT_POLL_NS", poll_ns)):
+    files = (("CPUIDLE_DRIVER", driver), ("CPUIDLE_GOVERNOR", governor), ("GUEST_HALT_POLL_NS", poll_ns))
+    for name, text in files:
         path = tmp_path / name
         if text is not None:
             path.write_text(text)

@@ -29,7 +29,7 @@ Settings, from `--backend-config=python,<key>=<value>` (server-wide) and from th
   no polling; a worker also polls only after an execution the server sent with none ahead of it (under
   load the server keeps it fed and needs the CPU itself). Default 500, or 0 where the host's idle CPUs
   poll before they halt (`nereid.host.idle_cpus_poll_before_halting`: the kernel then keeps a CPU awake
-  for the next wake-up, and polling here only adds CPU); 0 turns polling off.
+  for the next wake-up, and polling here only adds CPU); 0 turns polling off, on both sides.
 """
 
 from __future__ import annotations
@@ -219,7 +219,8 @@ def _launch(config: mc.ModelConfig, model_dir: Path, backend_config: Mapping[str
 
 
 def default_busy_wait_us() -> int:
-    """How long workers poll unless `busy-wait-microseconds` says: only where the kernel does not poll."""
+    """How long workers (and the event loop, up to its limit) poll unless `busy-wait-microseconds` says:
+    only where the kernel does not poll for them."""
     return 0 if idle_cpus_poll_before_halting() else POLLING_BUSY_WAIT_US
 
 
