@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cpu import tree_cpu_seconds
+
 HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
 
 
@@ -32,22 +34,16 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _cpu_s(pid: int) -> float:
-    """A process's user and system CPU so far, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _timed(child: int, count: int, exchange: Callable[[], None]) -> tuple[list[float], float]:
     """`count` exchanges with the child, each after a pause: their times, and the child's CPU per message."""
     times = []
-    cpu = _cpu_s(child)
+    cpu = tree_cpu_seconds(child)
     for _ in range(count):
         time.sleep(0.002)  # both sides fall asleep
         started = time.perf_counter()
         exchange()
         times.append(time.perf_counter() - started)
-    return times, (_cpu_s(child) - cpu) / count
+    return times, (tree_cpu_seconds(child) - cpu) / count
 
 
 def round_trips(work_s: float, count: int, pin: bool, parent_polls: bool) -> tuple[list[float], float]:
