@@ -9,13 +9,19 @@ import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends import python as python_backend
+from nereid.backends.python.instance import PythonInstance
 from nereid.backends.python.worker import wire
 from nereid.backends.python.worker.stub import Worker
+from nereid.repository import ModelManager
+from nereid.settings import ServerSettings
+from tests.backends.python.conftest import copy_models, infer
 from tests.conftest import ROOT, child_processes, start_nereid, stop
 
 
@@ -135,3 +141,32 @@ def test_workers_poll_by_default_only_where_idle_cpus_halt_at_once(
     monkeypatch.setattr(python_backend, "idle_cpus_poll_before_halting", lambda: host_polls)
     launch = python_backend._launch(mc.ModelConfig(name="m", backend="python"), tmp_path, backend_config)
     assert launch.busy_wait_us == busy_wait_us
+
+
+@pytest.mark.parametrize(("busy_wait_us", "keeps_turning"), [("500", True), ("0", False)])
+def test_the_event_loop_keeps_turning_for_a_lone_execution_only_while_polling_is_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, busy_wait_us: str, keeps_turning: bool
+) -> None:
+    # README: the loop keeps turning (up to 250 us) while a lone execution is in flight, and
+    # busy-wait-microseconds=0 gives the CPU back on both sides. A model with no round trip measured yet
+    # always qualifies, so with polling on the first execution keeps the loop awake.
+    turns: list[object] = []
+    keep_awake = PythonInstance._keep_awake
+
+    def counted(self: PythonInstance, execution: Any) -> None:
+        turns.append(execution)
+        keep_awake(self, execution)
+
+    monkeypatch.setattr(PythonInstance, "_keep_awake", counted)
+    repository = copy_models(tmp_path, "add_sub")
+    config = {"python": {"stub-timeout-seconds": "5", "busy-wait-microseconds": busy_wait_us}}
+    manager = ModelManager(ServerSettings(model_repositories=(repository,), backend_config=config))
+    manager.start()
+    try:
+        inputs = {name: np.ones((1, 16), np.float32) for name in ("INPUT0", "INPUT1")}
+        for _ in range(20):  # one at a time: each execution is alone in flight
+            outputs = infer(manager, "add_sub", inputs)
+            assert np.array_equal(outputs["OUTPUT0"], 2 * inputs["INPUT0"])
+    finally:
+        manager.stop()
+    assert bool(turns) == keeps_turning, f"{len(turns)} turns kept with busy-wait {busy_wait_us}"
