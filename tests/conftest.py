@@ -75,11 +75,11 @@ def wait_ready(url: str, process: subprocess.Popen[bytes] | None, timeout: float
     raise TimeoutError(f"server at {url} not ready after {timeout} s")
 
 
-# The gRPC core of servers whose test names none: NEREID_TEST_GRPC_CORE=native runs the gRPC suites on
-# pygrpc-native wherever it can serve (it needs deflate requests refused; TLS tests stay on grpc.aio),
-# =aio on grpc.aio; unset, the default.
+# The gRPC core of servers whose test names none: NEREID_TEST_GRPC_CORE=aio runs the gRPC suites on
+# grpc.aio, =native on pygrpc-native (TLS tests stay on grpc.aio); unset, the default (native where
+# pygrpc-native is installed).
 GRPC_CORE_FLAGS = {
-    "native": ("--grpc-request-compression=gzip",),
+    "native": ("--grpc-core=native",),
     "aio": ("--grpc-core=aio",),
     "": (),
 }
