@@ -200,9 +200,13 @@ def test_config_override_replaces_config_pbtxt(explicit: ModelManager) -> None:
     override = json.dumps({"platform": "onnxruntime_onnx", "max_batch_size": 2})
     explicit.load("alpha", config=override)
     assert explicit.get("alpha").config_json["max_batch_size"] == 2
-    with pytest.raises(InvalidArgument, match="names the model 'other'"):
+    # A 'config' parameter that cannot be read is a poll failure, as in Triton (INTERNAL).
+    poll_failure = "failed to load 'alpha', failed to poll from model repository: "
+    with pytest.raises(
+        PollFailed, match=poll_failure + "model 'alpha': the 'config' parameter names the model 'other'"
+    ):
         explicit.load("alpha", config=json.dumps({"name": "other"}))
-    with pytest.raises(InvalidArgument, match="not valid JSON"):
+    with pytest.raises(PollFailed, match=poll_failure + ".* is not valid JSON"):
         explicit.load("alpha", config="{bad")
     assert explicit.get("alpha").config_json["max_batch_size"] == 2  # still serving the override
     explicit.load("alpha")  # a load without 'config' keeps the one given before, as in Triton
