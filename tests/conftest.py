@@ -87,8 +87,12 @@ GRPC_CORE_FLAGS = {
 
 def start_nereid(repository: Path, log_path: Path, *extra: str, grpc: bool = False) -> RunningServer:
     """Nereid on free ports of 127.0.0.1, HTTP always, gRPC when asked; ready when this returns."""
-    port, grpc_port = free_ports(2)
+    port, grpc_port, metrics_port = free_ports(3)
     grpc_flags = [f"--grpc-port={grpc_port}", "--grpc-address=127.0.0.1"] if grpc else ["--allow-grpc=false"]
+    # A test that turns metrics on without naming a port gets a free one, never the default 8002.
+    metrics_flags = [f"--metrics-port={metrics_port}", "--metrics-address=127.0.0.1"]
+    if any(flag.startswith("--metrics-port") for flag in extra):
+        metrics_flags = []
     if grpc and not any(flag.startswith("--grpc-core") for flag in extra):
         grpc_flags += GRPC_CORE_FLAGS[os.environ.get("NEREID_TEST_GRPC_CORE", "")]
     command = [
@@ -100,6 +104,7 @@ def start_nereid(repository: Path, log_path: Path, *extra: str, grpc: bool = Fal
         "--http-address=127.0.0.1",
         *grpc_flags,
         "--allow-metrics=false",
+        *metrics_flags,
         *extra,
     ]
     log = log_path.open("wb")

@@ -698,9 +698,18 @@ class ModelManager:
         for row in self.index():
             if "state" not in row:
                 continue
-            status = row["state"] if row["state"] == "READY" else f"{row['state']}: {row['reason']}"
+            status = (
+                row["state"] if row["state"] == "READY" else f"{row['state']}: {_first_line(row['reason'])}"
+            )
             rows.append((row["name"], row.get("version", "-"), status))
         return rows
+
+
+def _first_line(reason: str) -> str:
+    """A table cell holds one line: a reason with a traceback keeps its first, and the error logged at the
+    failure has the rest."""
+    first, newline, _ = reason.strip().partition("\n")
+    return f"{first} (traceback in the log above)" if newline else first
 
 
 class RepositoryMissing(NotFound):

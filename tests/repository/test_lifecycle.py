@@ -441,3 +441,26 @@ def test_each_successful_load_is_logged_once(repo: Path, caplog: pytest.LogCaptu
             assert loaded() == ["successfully loaded 'alpha'"] * 3
         finally:
             manager.stop()
+
+
+def test_the_startup_table_shows_a_tracebacks_first_line(tmp_path: Path) -> None:
+    (tmp_path / "failing" / "1").mkdir(parents=True)
+    (tmp_path / "failing" / "config.pbtxt").write_text(
+        'backend: "python"\ninput [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n'
+        'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]\n'
+    )
+    (tmp_path / "failing" / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        "        raise ValueError('the weights file is missing')\n"
+    )
+    manager = ModelManager(ServerSettings(model_repositories=(tmp_path,)))
+    manager.start()
+    try:
+        ((name, version, status),) = manager.model_table()
+        reason = manager.index()[0]["reason"]
+    finally:
+        manager.stop()
+    assert "\n" in reason and "model.py" in reason  # the index and the log keep the traceback
+    assert (name, version) == ("failing", "1")
+    assert status == ("UNAVAILABLE: ValueError: the weights file is missing (traceback in the log above)")
