@@ -76,11 +76,11 @@ def wait_ready(url: str, process: subprocess.Popen[bytes] | None, timeout: float
 
 
 # The gRPC core of servers whose test names none: NEREID_TEST_GRPC_CORE=aio runs the gRPC suites on
-# grpc.aio, =native on pygrpc-native (TLS tests stay on grpc.aio); unset, the default (native where
-# pygrpc-native is installed).
+# grpc.aio; unset (or =native), the default: the native core wherever it can serve (TLS tests get
+# grpc.aio).
 GRPC_CORE_FLAGS = {
-    "native": ("--grpc-core=native",),
     "aio": ("--grpc-core=aio",),
+    "native": (),
     "": (),
 }
 

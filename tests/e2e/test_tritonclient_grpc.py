@@ -179,7 +179,11 @@ def test_the_default_core_is_native_and_refuses_only_deflate(tmp_path: Path) -> 
 
 def test_naming_deflate_serves_every_compression_with_grpc_aio(tmp_path: Path) -> None:
     running = start_nereid(
-        EXAMPLES, tmp_path / "nereid.log", "--grpc-request-compression=gzip,deflate", grpc=True
+        EXAMPLES,
+        tmp_path / "nereid.log",
+        "--grpc-core=auto",
+        "--grpc-request-compression=gzip,deflate",
+        grpc=True,
     )
     try:
         assert (
