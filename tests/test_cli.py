@@ -266,6 +266,9 @@ def test_help_describes_every_flag_with_its_default() -> None:
     text = parser.format_help()
     assert "(default: 8000)" in text and "(default: 30)" in text
     assert "accepted, no effect: Nereid has no SageMaker endpoint" in text
+    # the default gRPC core refuses deflate requests, and --help says so with the way back
+    grpc_core = " ".join(parser._option_string_actions["--grpc-core"].help.split())
+    assert "which refuses deflate-compressed requests with UNIMPLEMENTED; aio: grpc.aio" in grpc_core
 
 
 def test_a_misspelled_flag_is_named_with_the_closest_one(capsys: pytest.CaptureFixture[str]) -> None:
