@@ -17,7 +17,7 @@ from nereid.backends import BACKEND_PLATFORMS, InstanceSpec, backend_name, get_b
 from nereid.backends.base import AsyncModelInstance, Backend, ModelInstance
 from nereid.custom_metrics import CustomMetrics
 from nereid.engine_client import ModelServices
-from nereid.errors import ModelConfigError, NereidError, Unavailable
+from nereid.errors import InvalidArgument, ModelConfigError, NereidError, Unavailable
 from nereid.gpus import visible_gpu_count
 from nereid.model_config import (
     ConfigSource,
@@ -89,7 +89,7 @@ def load_model(
     if config_override is not None:
         try:
             _parse_override(source.name, config_override)
-        except ModelConfigError as exc:
+        except InvalidArgument as exc:
             # Triton answers a 'config' parameter it cannot read as a poll failure (INTERNAL), and the
             # versions serving keep serving.
             result.poll_failure = exc.message

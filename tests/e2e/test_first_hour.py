@@ -25,7 +25,9 @@ def test_a_json_number_past_fp32s_range_is_infinity_without_a_warning_in_the_log
                 {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16},
             ]
         }
-        request = urllib.request.Request(f"http://{server.url}/v2/models/add_sub/infer", json.dumps(body).encode())
+        request = urllib.request.Request(
+            f"http://{server.url}/v2/models/add_sub/infer", json.dumps(body).encode()
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             outputs = {o["name"]: o["data"] for o in json.loads(response.read())["outputs"]}
     finally:

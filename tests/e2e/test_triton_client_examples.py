@@ -87,6 +87,14 @@ def test_every_load_failure_opens_with_tritons_words_and_status(tmp_path: Path) 
                 "failed to load 'nowhere', failed to poll from model repository"
             )
             assert missing.value.status().endswith(internal)
+            # JSON that is no ModelConfig: a poll failure too, as in Triton
+            with pytest.raises(InferenceServerException) as not_config:
+                client.load_model("simple", config=json.dumps({"max_batch_size": "abc"}))
+            assert not_config.value.message().startswith(
+                "failed to load 'simple', failed to poll from model repository: failed to parse model "
+                "configuration JSON: Failed to parse max_batch_size field"
+            )
+            assert not_config.value.status().endswith(internal)
             # a config override that is JSON but names another model, and an invalid name
             with pytest.raises(InferenceServerException) as other:
                 client.load_model("simple", config=json.dumps({"name": "other"}))
