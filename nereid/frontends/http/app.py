@@ -6,7 +6,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -90,6 +90,11 @@ _GROUP_BY_ACTION = {
 }
 
 
+# Another API served on this port: the paths under its prefix (with the slash: "/v1/") go to its handler,
+# which answers every one of them (its own 404, 405 and restricted-API answers).
+Mount = tuple[str, Callable[[HttpRequest], Awaitable[HttpResponse]]]
+
+
 def _json(status: int, value: Any) -> HttpResponse:
     return HttpResponse(status, orjson.dumps(value), [_JSON])
 
@@ -105,11 +110,12 @@ def error_response(status: int, message: str) -> HttpResponse:
 class HttpFrontend:
     """Triton's HTTP/REST API: routes a request to the engine and turns the result into a response."""
 
-    def __init__(self, engine: EngineClient, settings: ServerSettings) -> None:
+    def __init__(self, engine: EngineClient, settings: ServerSettings, mounts: Sequence[Mount] = ()) -> None:
         self._engine = engine
         self._max_input = settings.http_max_input_size
         self._restricted = {group: rule for rule in settings.http_restricted_api for group in rule.groups}
         self._console = console.Console(engine, settings) if settings.allow_console else None
+        self._mounts = tuple(mounts)
         self._large_bodies = LargeBodyDecoder()
         self._forwarding = header_forwarding(settings.http_header_forward_pattern)
         self._tracer = engine.tracer
@@ -236,6 +242,9 @@ class HttpFrontend:
                 return self._trace_setting(match.group(1) or "", method, request.body), False
         if self._console is not None and (path == console.PREFIX or path.startswith(console.PREFIX + "/")):
             return self._console.handle(request), False
+        for prefix, mounted in self._mounts:
+            if path.startswith(prefix):
+                return await mounted(request), False
         if _MODEL_ROUTE.fullmatch(path):
             message = f"'{path}' belongs to an extension this server does not implement yet"
             return error_response(501, message), False
