@@ -28,6 +28,7 @@ _STATUS = {
 }
 # OpenAI's `type` by status: clients show it, few match on it.
 _TYPE = {
+    401: "authentication_error",
     400: "invalid_request_error",
     403: "permission_error",
     404: "invalid_request_error",
