@@ -89,35 +89,37 @@ async def pieces(
 
 
 def piece(convention: ModelConvention, response: InferResponse) -> Piece:
-    outputs = {tensor.name: tensor for tensor in response.outputs}
-    result = Piece(_text(outputs.get(convention.text_output or "")))
-    finish = outputs.get(convention.finish_reason_output or "")
-    if finish is not None and finish.data.size:
-        reason = _text(finish)
-        if reason:
-            if reason not in _FINISH_REASONS:
+    """One response read by the convention's names; outputs it does not name are left alone."""
+    result = Piece("")
+    for tensor in response.outputs:
+        name = tensor.name
+        if name == convention.text_output:
+            result.text = _text(tensor)
+        elif not tensor.data.size:
+            continue
+        elif name == convention.finish_reason_output:
+            reason = _text(tensor)
+            if reason and reason not in _FINISH_REASONS:
                 raise OpenAIError(500, f"model '{convention.name}' sent an unknown finish reason '{reason}'")
-            result.finish_reason = reason
-    logprobs = outputs.get(convention.logprobs_output or "")
-    if logprobs is not None:
-        result.logprobs = [float(value) for value in logprobs.data.reshape(-1)]
-    calls = outputs.get(convention.tool_calls_output or "")
-    if calls is not None and calls.data.size:
-        result.tool_calls = _tool_calls(convention.name, _text(calls))
-    for name, attribute in (
-        (convention.prompt_tokens_output, "prompt_tokens"),
-        (convention.completion_tokens_output, "completion_tokens"),
-    ):
-        tensor = outputs.get(name or "")
-        if tensor is not None and tensor.data.size:
-            setattr(result, attribute, int(tensor.data.reshape(-1)[0]))
+            result.finish_reason = reason or None
+        elif name == convention.logprobs_output:
+            result.logprobs = tensor.data.ravel().astype(float).tolist()
+        elif name == convention.tool_calls_output:
+            result.tool_calls = _tool_calls(convention.name, _text(tensor))
+        elif name == convention.prompt_tokens_output:
+            result.prompt_tokens = int(tensor.data.ravel()[0])
+        elif name == convention.completion_tokens_output:
+            result.completion_tokens = int(tensor.data.ravel()[0])
     return result
 
 
 def _text(tensor: InferTensor | None) -> str:
     if tensor is None:
         return ""
-    values = tensor.data.reshape(-1)
+    values = tensor.data.ravel()
+    if len(values) == 1:  # a piece: one string (the common case, on every streamed token)
+        value = values[0]
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
     return "".join(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values)
 
 
