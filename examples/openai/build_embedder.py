@@ -76,7 +76,9 @@ def build() -> onnx.ModelProto:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=HERE / "model_repository" / "tiny_embed" / "1" / "model.onnx")
+    parser.add_argument(
+        "--output", type=Path, default=HERE / "model_repository" / "tiny_embed" / "1" / "model.onnx"
+    )
     args = parser.parse_args()
     args.output.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(build(), args.output)

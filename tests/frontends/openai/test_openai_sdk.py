@@ -218,3 +218,33 @@ def test_base64_is_little_endian_float32(openai_server: RunningServer) -> None:
     with urllib.request.urlopen(request) as response:
         encoded = json.load(response)["data"][0]["embedding"]
     assert np.frombuffer(base64.b64decode(encoded), "<f4").tolist() == [9.0, 2.0, 2.0, 3.0]
+
+
+def test_the_example_client(openai_server: RunningServer) -> None:
+    import subprocess
+    import sys
+
+    from tests.frontends.openai.conftest import EXAMPLE
+
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE / "client.py"),
+            "--url",
+            f"http://{openai_server.url}/v1",
+            "--text",
+            "red car",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("models: ") and "tiny_chat" in lines[0] and "tiny_embed" in lines[0]
+    assert lines[1] == "chat (streamed): " + " ".join(["red car"] * 6)
+    assert lines[2] == "completion: 'red carred car red' finish: length"
+    unrelated, related = (float(line.rsplit(" ", 1)[1]) for line in lines[3:5])
+    assert (
+        related > 0.5 > abs(unrelated)
+    )  # 'the red car on the road' shares its two words, 'hello world' none
