@@ -245,6 +245,5 @@ def test_the_example_client(openai_server: RunningServer) -> None:
     assert lines[1] == "chat (streamed): " + " ".join(["red car"] * 6)
     assert lines[2] == "completion: 'red carred car red' finish: length"
     unrelated, related = (float(line.rsplit(" ", 1)[1]) for line in lines[3:5])
-    assert (
-        related > 0.5 > abs(unrelated)
-    )  # 'the red car on the road' shares its two words, 'hello world' none
+    # 'the red car on the road' shares its two known words, 'hello world' none
+    assert related > 0.3 and abs(unrelated) < 0.1
