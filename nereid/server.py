@@ -25,7 +25,7 @@ from nereid.exit_countdown import ExitCountdown
 from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.grpc.inflight import InferCalls, report_while_draining
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
-from nereid.frontends.openai import PREFIX, OpenAIFrontend, openai_error_response
+from nereid.frontends.openai import OpenAIFrontend, openai_error_response
 from nereid.gpu_metrics import GpuSampler
 from nereid.log_settings import ServerLog
 from nereid.metrics import MetricsExporter, handle_metrics
@@ -171,22 +171,9 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
         if settings.allow_grpc:
             grpc_server, port = await start_grpc_server(engine, settings, calls)
             log.info("Started GRPCInferenceService at %s:%d", settings.grpc_address, port)
-        if settings.allow_http:
-            # the OpenAI API mounted on the HTTP port, unless it has a port of its own
-            on_http_port = settings.allow_openai and settings.openai_port is None
-            mounts = [(PREFIX + "/", OpenAIFrontend(engine, settings).handle)] if on_http_port else []
-            frontend = HttpFrontend(engine, settings, mounts)
-            http = HttpServer(
-                frontend.dispatch, error_response, settings.http_max_input_size, tracing=engine.tracer
-            )
-            try:
-                await http.start(settings.http_address, settings.http_port, settings.reuse_http_port)
-            except OSError as exc:  # the address is taken or cannot be bound
-                http = None
-                raise _cannot_serve("HTTP", settings.http_address, settings.http_port, exc) from None
-            log.info("Started HTTPService at %s:%d", settings.http_address, http.port)
         if settings.allow_openai and settings.openai_port is not None:
-            # the same limits as the HTTP port's: the same server, with OpenAI's error shape
+            # before the HTTP port, whose readiness clients wait on; the same limits as the HTTP port's (the
+            # same server), with OpenAI's error shape
             openai = HttpServer(
                 OpenAIFrontend(engine, settings).handle,
                 openai_error_response,
@@ -199,6 +186,19 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
                 openai = None
                 raise _cannot_serve("OpenAI", settings.http_address, settings.openai_port, exc) from None
             log.info("Started OpenAI API at %s:%d", settings.http_address, openai.port)
+        if settings.allow_http:
+            frontend = HttpFrontend(engine, settings)
+            if settings.allow_openai and settings.openai_port is None:  # the OpenAI API on the HTTP port
+                frontend.routes.mount(OpenAIFrontend(engine, settings).routes())
+            http = HttpServer(
+                frontend.dispatch, error_response, settings.http_max_input_size, tracing=engine.tracer
+            )
+            try:
+                await http.start(settings.http_address, settings.http_port, settings.reuse_http_port)
+            except OSError as exc:  # the address is taken or cannot be bound
+                http = None
+                raise _cannot_serve("HTTP", settings.http_address, settings.http_port, exc) from None
+            log.info("Started HTTPService at %s:%d", settings.http_address, http.port)
         if settings.allow_metrics:
             exporter = MetricsExporter(
                 engine,

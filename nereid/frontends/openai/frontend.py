@@ -1,24 +1,24 @@
 """The OpenAI API on Nereid's HTTP server: `/v1/models`, `/v1/chat/completions`, `/v1/completions`,
 `/v1/embeddings`, for any model that follows the tensor convention (convention.py).
 
-The routes are a table (method, path pattern, handler) under `/v1`, served on the HTTP port or on a port
-of their own (--openai-port). Everything here goes through `EngineClient`: these requests are ordinary
-inference requests, counted in the model's statistics and metrics and traced like any other. The API
-group of the routes is `openai` for --http-restricted-api; a call without the header is answered 401, as
-OpenAI answers a missing key.
+The routes are a table of their own (routes.py's), in the API group `openai` of --http-restricted-api:
+mounted on the HTTP frontend's table (the HTTP port), or served alone on a port of their own
+(--openai-port) by `handle`, which answers 404, 405 and 403 from the same table in OpenAI's shape. Every
+handler answers its own failures in OpenAI's shape. Everything here goes through `EngineClient`: these
+requests are ordinary inference requests, counted in the model's statistics and metrics and traced like
+any other.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import orjson
 
 from nereid.engine_client import EngineClient
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
+from nereid.frontends.http.routes import Route, RouteTable
 from nereid.frontends.openai import chat, completions, sse
 from nereid.frontends.openai.embeddings import check_embeddings_request, embed
 from nereid.frontends.openai.errors import OpenAIError, error_document, openai_error
@@ -32,6 +32,7 @@ from nereid.tracing.trace import HTTP_RECV_END, HTTP_RECV_START, RequestTrace
 PREFIX = "/v1"
 API_GROUP = "openai"
 _JSON = (b"content-type", b"application/json")
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
 CHAT = AnswerShape(
     chat.ID_PREFIX,
@@ -52,14 +53,7 @@ COMPLETIONS = AnswerShape(
     completions.final_delta,
 )
 
-Handler = Callable[["OpenAIFrontend", HttpRequest, "re.Match[str]"], Awaitable[HttpResponse]]
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    method: str
-    pattern: re.Pattern[str]
-    handler: Handler
+Handler = Callable[[HttpRequest, dict[str, str]], Awaitable[HttpResponse]]
 
 
 def openai_error_response(status: int, message: str) -> HttpResponse:
@@ -68,7 +62,7 @@ def openai_error_response(status: int, message: str) -> HttpResponse:
 
 
 class OpenAIFrontend:
-    """Routes `/v1` requests to their handlers; each answer an `HttpResponse`, errors in OpenAI's shape."""
+    """The `/v1` routes as a table, each handler's answer an `HttpResponse`, errors in OpenAI's shape."""
 
     def __init__(self, engine: EngineClient, settings: ServerSettings) -> None:
         self._engine = engine
@@ -77,38 +71,43 @@ class OpenAIFrontend:
         self._tracer = engine.tracer
         rules = [rule for rule in settings.http_restricted_api if API_GROUP in rule.groups]
         self._restriction = rules[0] if rules else None
+        self._table = RouteTable(self.routes().routes)
 
-    @staticmethod
-    def serves(path: str) -> bool:
-        return path == PREFIX or path.startswith(PREFIX + "/")
+    def routes(self) -> RouteTable:
+        """The table to mount on the HTTP frontend's; the last pattern answers every other `/v1` path."""
+        return RouteTable(
+            [
+                Route(PREFIX + "/models", ("GET",), API_GROUP, _openai(self._list_models)),
+                Route(PREFIX + "/models/{model}", ("GET",), API_GROUP, _openai(self._model)),
+                Route(PREFIX + "/chat/completions", ("POST",), API_GROUP, _openai(self._chat)),
+                Route(PREFIX + "/completions", ("POST",), API_GROUP, _openai(self._completions)),
+                Route(PREFIX + "/embeddings", ("POST",), API_GROUP, _openai(self._embeddings)),
+                Route(PREFIX + "/{path:path}", _METHODS, API_GROUP, _openai(self._unknown)),
+            ]
+        )
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
-        try:
-            if self._restriction is not None:
-                rule = self._restriction
-                if request.headers.get(rule.header) != rule.value:
-                    raise OpenAIError(
-                        401,
-                        f"This API is restricted, expecting header '{rule.header}'",
-                        None,
-                        "restricted_api",
-                    )
-            allowed = []
-            for route in ROUTES:
-                match = route.pattern.fullmatch(request.path)
-                if match is None:
-                    continue
-                if route.method == request.method:
-                    return await route.handler(self, request, match)
-                allowed.append(route.method)
-            if allowed:
-                raise OpenAIError(
-                    405, f"{request.method} is not allowed on {request.path}; use {', '.join(allowed)}"
+        """The `/v1` routes alone, on a port of their own: what the HTTP frontend's table answers when they
+        are mounted there (404, 405, 403 for a restricted group), in OpenAI's shape."""
+        found = self._table.match(request.path)
+        rule = self._restriction
+        if rule is not None and found.group == API_GROUP and request.headers.get(rule.header) != rule.value:
+            message = f"This API is restricted, expecting header '{rule.header}'"
+            return _error_response(OpenAIError(403, message, None, "restricted_api"), request)
+        route = found.routes.get(request.method)
+        if route is None:
+            if found.routes:
+                allowed = ", ".join(sorted(found.routes))
+                error = OpenAIError(405, f"{request.method} is not allowed on {request.path}; use {allowed}")
+            else:
+                error = OpenAIError(
+                    404, f"Unknown route {request.method} {request.path}", None, "unknown_url"
                 )
-            raise OpenAIError(404, f"Unknown route {request.method} {request.path}", None, "unknown_url")
-        except Exception as exc:
-            status, body = openai_error(exc, f"{request.method} {request.path}")
-            return HttpResponse(status, body, [_JSON])
+            return _error_response(error, request)
+        return await route.handler(request, found.params)  # type: ignore[misc]
+
+    async def _unknown(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        raise OpenAIError(404, f"Unknown route {request.method} {request.path}", None, "unknown_url")
 
     def _sample(self, name: str, request: HttpRequest) -> RequestTrace | None:
         """The trace of the request, where tracing samples it; the connection records its send times."""
@@ -119,13 +118,13 @@ class OpenAIFrontend:
         )
         return trace
 
-    async def _list_models(self, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
+    async def _list_models(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         return HttpResponse(200, orjson.dumps({"object": "list", "data": self._models.listed()}), [_JSON])
 
-    async def _model(self, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
-        return HttpResponse(200, orjson.dumps(self._models.one(match.group(1))), [_JSON])
+    async def _model(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        return HttpResponse(200, orjson.dumps(self._models.one(params["model"])), [_JSON])
 
-    async def _chat(self, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
+    async def _chat(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         body = chat_body(request.body)
         convention = self._models.get(body.model)
         config = self._engine.model_config_message(body.model)  # the template is read once per loaded version
@@ -136,13 +135,13 @@ class OpenAIFrontend:
         trace = self._sample(body.model, request)
         return await serve_text(self._engine, convention, text_request, CHAT, "/v1/chat/completions", trace)
 
-    async def _completions(self, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
+    async def _completions(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         text_request = completion_request(request.body)
         convention = self._models.get(text_request.model)
         trace = self._sample(text_request.model, request)
         return await serve_text(self._engine, convention, text_request, COMPLETIONS, "/v1/completions", trace)
 
-    async def _embeddings(self, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
+    async def _embeddings(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         embeddings = embeddings_request(request.body)
         convention = self._models.get(embeddings.model)
         check_embeddings_request(convention, embeddings)
@@ -151,10 +150,18 @@ class OpenAIFrontend:
         return HttpResponse(200, sse.dumps(document), [_JSON])
 
 
-ROUTES = (
-    Route("GET", re.compile(r"/v1/models"), OpenAIFrontend._list_models),
-    Route("GET", re.compile(r"/v1/models/([^/]+)"), OpenAIFrontend._model),
-    Route("POST", re.compile(r"/v1/chat/completions"), OpenAIFrontend._chat),
-    Route("POST", re.compile(r"/v1/completions"), OpenAIFrontend._completions),
-    Route("POST", re.compile(r"/v1/embeddings"), OpenAIFrontend._embeddings),
-)
+def _openai(handler: Handler) -> Handler:
+    """A handler whose failures are answered in OpenAI's shape (the HTTP frontend's would be Triton's)."""
+
+    async def answer(request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        try:
+            return await handler(request, params)
+        except Exception as exc:
+            return _error_response(exc, request)
+
+    return answer
+
+
+def _error_response(exc: BaseException, request: HttpRequest) -> HttpResponse:
+    status, body = openai_error(exc, f"{request.method} {request.path}")
+    return HttpResponse(status, body, [_JSON])

@@ -153,8 +153,8 @@ def test_error_shapes(
 def test_routes_and_methods(openai_server: RunningServer) -> None:
     status, raw = _get(openai_server.url, "/v1/no_such_route")
     assert status == 404 and _error(raw)["code"] == "unknown_url"
-    status, raw = _get(openai_server.url, "/v1/chat/completions")
-    assert status == 405 and "POST" in str(_error(raw)["message"])
+    status, _ = _get(openai_server.url, "/v1/chat/completions")
+    assert status == 405  # the HTTP port's route table answers it, as for every route
     status, raw = _get(openai_server.url, "/v1/models/no_such_model")
     assert status == 404 and _error(raw)["code"] == "model_not_found"
     status, raw = _get(openai_server.url, "/v1/models")
@@ -244,7 +244,7 @@ def test_restricted_group_and_a_port_of_its_own(restricted_server: tuple[Running
     server, port = restricted_server
     own = f"127.0.0.1:{port}"
     status, raw = _get(own, "/v1/models")
-    assert status == 401 and _error(raw)["type"] == "authentication_error"
+    assert status == 403 and _error(raw)["type"] == "permission_error"
     status, raw = _get(own, "/v1/models", {"x-openai-key": "secret"})
     assert status == 200 and [m["id"] for m in json.loads(raw)["data"]] == ["whole_text"]
     body = b'{"model": "whole_text", "prompt": "abc"}'
@@ -255,6 +255,11 @@ def test_restricted_group_and_a_port_of_its_own(restricted_server: tuple[Running
     assert status == 404
     status, _ = _get(server.url, "/v2/models/whole_text/config")
     assert status == 200
+    # that port's own table answers unknown routes and methods in OpenAI's shape
+    status, raw = _get(own, "/v1/chat/completions", {"x-openai-key": "secret"})
+    assert status == 405 and "POST" in str(_error(raw)["message"])
+    status, raw = _get(own, "/v2/models", {"x-openai-key": "secret"})
+    assert status == 404 and _error(raw)["code"] == "unknown_url"
     # the HTTP layer's refusals on that port come in OpenAI's shape
     status, raw = _get(own, "/v1/models", {"x-openai-key": "secret", "content-length": "abc"})
     assert status == 400 and _error(raw)
@@ -267,5 +272,26 @@ def test_allow_openai_false_turns_the_routes_off(tmp_path: Path) -> None:
     try:
         status, _ = _get(server.url, "/v1/models")
         assert status == 404
+    finally:
+        stop(server.process)
+
+
+def test_restricted_group_on_the_http_port(tmp_path: Path) -> None:
+    import shutil
+
+    repository = tmp_path / "model_repository"
+    shutil.copytree(TEST_MODELS / "whole_text", repository / "whole_text")
+    server = start_nereid(
+        repository, tmp_path / "nereid.log", "--http-restricted-api=openai:x-openai-key=secret"
+    )
+    try:
+        status, raw = _get(server.url, "/v1/models")
+        assert status == 403 and b"expecting header 'x-openai-key'" in raw
+        status, _ = _get(server.url, "/v1/models", {"x-openai-key": "secret"})
+        assert status == 200
+        status, _ = _get(server.url, "/v1/unknown")
+        assert status == 403  # every /v1 path is in the group
+        status, _ = _get(server.url, "/v2/models/whole_text/config")
+        assert status == 200  # the v2 API is not
     finally:
         stop(server.process)
