@@ -14,7 +14,7 @@ import orjson
 from nereid.frontends.http import json_body
 from nereid.frontends.openai.errors import OpenAIError, bad_field
 
-_MAX_N = 128  # choices per request: each is a request to the model
+_MAX_CHOICES = 128  # choices per request (prompts times n): each is a request to the model
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +225,7 @@ def chat_body(body: bytes) -> ChatBody:
         (),
         stream,
         _stream_options(document, stream),
-        _int(document, "n", 1, _MAX_N) or 1,
+        _int(document, "n", 1, _MAX_CHOICES) or 1,
         False,
         logprobs,
         parameters,
@@ -285,6 +285,9 @@ def completion_request(body: bytes) -> TextRequest:
         prompts = tuple(prompt)
     else:
         raise bad_field("prompt", "'prompt' must be a string or a non-empty list of strings")
+    n = _int(document, "n", 1, _MAX_CHOICES) or 1
+    if len(prompts) * n > _MAX_CHOICES:
+        raise bad_field("prompt", f"a request may ask for at most {_MAX_CHOICES} choices (prompts times n)")
     stream = _bool(document, "stream")
     parameters = _sampling(document)
     logprobs = _int(document, "logprobs", 0, 5)
@@ -296,7 +299,7 @@ def completion_request(body: bytes) -> TextRequest:
         prompts,
         stream,
         _stream_options(document, stream),
-        _int(document, "n", 1, _MAX_N) or 1,
+        n,
         _bool(document, "echo"),
         logprobs is not None,
         parameters,

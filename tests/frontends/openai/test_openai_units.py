@@ -76,6 +76,9 @@ def test_completion_and_embeddings_fields() -> None:
     request = completion_request(b'{"model": "m", "prompt": ["a", "b"], "n": 2, "logprobs": 3, "echo": true}')
     assert request.prompts == ("a", "b") and request.n == 2 and request.echo and request.logprobs
     assert request.parameters == {"logprobs": True, "top_logprobs": 3}
+    with pytest.raises(OpenAIError) as refused:
+        completion_request(b'{"model": "m", "prompt": ["a", "b", "c"], "n": 50}')
+    assert refused.value.param == "prompt"
     single = embeddings_request(b'{"model": "m", "input": [1, 2, 3]}')
     assert single.tokens == ((1, 2, 3),) and single.texts is None
     many = embeddings_request(b'{"model": "m", "input": [[1], [2, 3]], "dimensions": 2}')
