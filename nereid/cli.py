@@ -330,11 +330,13 @@ def _restricted_api(item: str, flag: str) -> RestrictedApi:
     groups_text, colon, pair = item.partition(":")
     header, equals, value = pair.partition("=")
     groups = frozenset(g.strip() for g in groups_text.split(","))
-    unknown = sorted(groups - set(API_GROUPS))
+    # the OpenAI routes are HTTP's alone
+    known = set(API_GROUPS) if flag == "--http-restricted-api" else set(API_GROUPS) - {"openai"}
+    unknown = sorted(groups - known)
     if not colon or not equals or not header or unknown:
         raise SystemExit(
             f"nereid: {flag} expects <api>[,<api>...]:<header>=<value> with apis among "
-            f"{', '.join(API_GROUPS)}; got '{item}'"
+            f"{', '.join(group for group in API_GROUPS if group in known)}; got '{item}'"
         )
     return RestrictedApi(groups, header.strip().lower(), value)
 
