@@ -162,17 +162,21 @@ async def load(
     make_clients: Callable[[int], Awaitable[list[tuple[Measure, Callable[[], None]]]]],
     concurrency: int,
     seconds: float,
-) -> tuple[int, list[float], int]:
-    """Clients sending one request after another for `seconds`: tokens (or requests), first-token times."""
+) -> tuple[int, list[float], list[float]]:
+    """Clients sending one request after another for `seconds`: tokens (or requests), and each request's
+    time to its first token and to its end."""
     clients = await make_clients(concurrency)
     deadline = time.perf_counter() + seconds
     firsts: list[float] = []
+    totals: list[float] = []
     counts = [0, 0]
 
     async def client(measure: Measure) -> None:
         while time.perf_counter() < deadline:
+            started = time.perf_counter()
             first, tokens = await measure()
             firsts.append(first)
+            totals.append(time.perf_counter() - started)
             counts[0] += tokens
             counts[1] += 1
 
@@ -181,7 +185,7 @@ async def load(
     finally:
         for _, close in clients:
             close()
-    return counts[0], firsts, counts[1]
+    return counts[0], firsts, totals
 
 
 def parse_args() -> argparse.Namespace:
@@ -269,18 +273,20 @@ async def main(args: argparse.Namespace) -> None:
                 ttfts: dict[str, list[float]] = {name: [] for name in paths}
                 cpus: dict[str, list[float]] = {name: [] for name in paths}
                 clients: dict[str, list[float]] = {name: [] for name in paths}
+                lasts: dict[str, list[float]] = {name: [] for name in paths}
                 for round_index in range(args.rounds):
                     names = list(paths) if round_index % 2 == 0 else list(reversed(paths))
                     for name in names:
                         cpu_before, client_before = tree_cpu_seconds(server.pid), time.process_time()
                         started = time.perf_counter()
-                        count, firsts, _ = await load(paths[name], concurrency, args.seconds)
+                        count, firsts, totals = await load(paths[name], concurrency, args.seconds)
                         elapsed = time.perf_counter() - started
                         cpus[name].append((tree_cpu_seconds(server.pid) - cpu_before) * 1e6 / max(count, 1))
                         clients[name].append((time.process_time() - client_before) * 1e6 / max(count, 1))
                         rates[name].append(count / elapsed)
                         if firsts and unit == "tokens":
                             ttfts[name].append(statistics.median(firsts) * 1e3)
+                        lasts[name].append(statistics.median(totals) * 1e3)
                 print(
                     f"\n{unit} per second at concurrency {concurrency} ({args.rounds} alternating rounds of {args.seconds:g} s):"
                 )
@@ -298,6 +304,7 @@ async def main(args: argparse.Namespace) -> None:
                             f"  first token {statistics.median(ttfts[name]):6.2f} ms"
                             f" ({statistics.median(diffs):+.2f} ms vs {reference}, rounds {min(diffs):+.2f}..{max(diffs):+.2f})"
                         )
+                    line += f"  whole request {statistics.median(lasts[name]):6.2f} ms"
                     print(line, flush=True)
         await channel.close()
     finally:
