@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nereid.frontends.openai.generation import AnswerShape
 from nereid.frontends.openai.text import Answer, Piece
 
 ID_PREFIX = "cmpl-"
@@ -51,3 +52,6 @@ def piece_delta(index: int, piece: Piece, tool_call_base: int) -> dict[str, Any]
 
 def final_delta(index: int, finish_reason: str) -> dict[str, Any]:
     return {"index": index, "text": "", "logprobs": None, "finish_reason": finish_reason}
+
+
+SHAPE = AnswerShape(ID_PREFIX, OBJECT, CHUNK_OBJECT, answer_choice, first_delta, piece_delta, final_delta)

@@ -22,7 +22,7 @@ from nereid.frontends.http.routes import Route, RouteTable
 from nereid.frontends.openai import chat, completions, sse
 from nereid.frontends.openai.embeddings import check_embeddings_request, embed
 from nereid.frontends.openai.errors import OpenAIError, error_document, openai_error
-from nereid.frontends.openai.generation import AnswerShape, serve_text
+from nereid.frontends.openai.generation import serve_text
 from nereid.frontends.openai.models import ModelConventions
 from nereid.frontends.openai.requests import chat_body, completion_request, embeddings_request
 from nereid.frontends.openai.templates import ChatTemplates
@@ -33,25 +33,6 @@ PREFIX = "/v1"
 API_GROUP = "openai"
 _JSON = (b"content-type", b"application/json")
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
-
-CHAT = AnswerShape(
-    chat.ID_PREFIX,
-    chat.OBJECT,
-    chat.CHUNK_OBJECT,
-    chat.answer_choice,
-    chat.first_delta,
-    chat.piece_delta,
-    chat.final_delta,
-)
-COMPLETIONS = AnswerShape(
-    completions.ID_PREFIX,
-    completions.OBJECT,
-    completions.CHUNK_OBJECT,
-    completions.answer_choice,
-    completions.first_delta,
-    completions.piece_delta,
-    completions.final_delta,
-)
 
 Handler = Callable[[HttpRequest, dict[str, str]], Awaitable[HttpResponse]]
 
@@ -133,13 +114,17 @@ class OpenAIFrontend:
         )
         text_request = dataclasses.replace(body.request, prompts=(prompt,))
         trace = self._sample(body.model, request)
-        return await serve_text(self._engine, convention, text_request, CHAT, "/v1/chat/completions", trace)
+        return await serve_text(
+            self._engine, convention, text_request, chat.SHAPE, "/v1/chat/completions", trace
+        )
 
     async def _completions(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         text_request = completion_request(request.body)
         convention = self._models.get(text_request.model)
         trace = self._sample(text_request.model, request)
-        return await serve_text(self._engine, convention, text_request, COMPLETIONS, "/v1/completions", trace)
+        return await serve_text(
+            self._engine, convention, text_request, completions.SHAPE, "/v1/completions", trace
+        )
 
     async def _embeddings(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         embeddings = embeddings_request(request.body)
