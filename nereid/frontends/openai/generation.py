@@ -175,16 +175,17 @@ async def _stream(
                 inference = infer_request(convention, prompt, request, request_id, None)
                 current = pieces(engine, convention, inference, request.logprobs)
             opening = shape.first_delta(index, prompt, request.echo)
-            if opening is not None:
-                yield chunk(opening)
+            lead = chunk(opening) if opening is not None else b""
             answer = Answer()
             tool_calls = 0
-            if index == 0 and first is not None:
+            if index == 0 and first is not None:  # the piece that came before the answer began
                 answer.add(first)
                 delta = shape.piece_delta(index, first, 0)
                 tool_calls = len(first.tool_calls or ())
                 if delta is not None:
-                    yield chunk(delta)
+                    lead += chunk(delta)  # one write with the opening: the first token sooner
+            if lead:
+                yield lead
             async for piece in current:
                 answer.add(piece)
                 delta = shape.piece_delta(index, piece, tool_calls)
