@@ -277,21 +277,28 @@ def test_allow_openai_false_turns_the_routes_off(tmp_path: Path) -> None:
 
 
 def test_restricted_group_on_the_http_port(tmp_path: Path) -> None:
+    """With the header `authorization` the client's API key is the key: `Bearer <key>` is what it sends."""
     import shutil
+
+    import openai
 
     repository = tmp_path / "model_repository"
     shutil.copytree(TEST_MODELS / "whole_text", repository / "whole_text")
     server = start_nereid(
-        repository, tmp_path / "nereid.log", "--http-restricted-api=openai:x-openai-key=secret"
+        repository, tmp_path / "nereid.log", "--http-restricted-api=openai:authorization=Bearer s3cret"
     )
     try:
         status, raw = _get(server.url, "/v1/models")
-        assert status == 403 and b"expecting header 'x-openai-key'" in raw
-        status, _ = _get(server.url, "/v1/models", {"x-openai-key": "secret"})
-        assert status == 200
+        assert status == 403 and b"expecting header 'authorization'" in raw
         status, _ = _get(server.url, "/v1/unknown")
         assert status == 403  # every /v1 path is in the group
         status, _ = _get(server.url, "/v2/models/whole_text/config")
         assert status == 200  # the v2 API is not
+        base_url = f"http://{server.url}/v1"
+        client = openai.OpenAI(base_url=base_url, api_key="s3cret", max_retries=0)
+        assert [model.id for model in client.models.list()] == ["whole_text"]
+        intruder = openai.OpenAI(base_url=base_url, api_key="guess", max_retries=0)
+        with pytest.raises(openai.PermissionDeniedError):
+            intruder.completions.create(model="whole_text", prompt="x")
     finally:
         stop(server.process)
