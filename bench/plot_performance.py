@@ -1,12 +1,13 @@
 """Plots and the headline table of docs/performance.md, from the JSON that `dynamic_batching.py --json` writes.
 
-    python bench/plot_performance.py RESULTS.json [--out docs/img] [--table]
+    python bench/plot_performance.py RESULTS.json [MORE.json ...] [--out docs/img] [--table]
 
 Writes two PNG files into --out: infer/s against concurrency (`performance-throughput.png`) and the
 server's CPU microseconds per request against concurrency (`performance-cpu.png`), one panel per
 protocol, each server's median over the rounds with the lowest and highest round as a bar. `--table`
 also prints the headline table in Markdown: per protocol and concurrency, each server's median infer/s
-and CPU per request, and Nereid's ratio to Triton with its per-round range.
+and CPU per request, and Nereid's ratio to Triton with its per-round range. Several files (say, one run per
+protocol) are read as one: a cell found in two of them gets the rounds of both.
 
 Needs matplotlib (`pip install -e '.[bench]'`).
 """
@@ -32,7 +33,7 @@ COLOURS = {"triton": "#555555", "nereid": "#1f77b4", "nereid-thread": "#2ca02c"}
 CEILINGS = ("http-echo", "grpc-echo")
 PROTOCOLS = {"http": "HTTP", "grpc": "gRPC"}
 
-Cells = dict[tuple[str, str, int], dict[str, list[float]]]  # (server, protocol, concurrency) -> figures
+Cells = dict[tuple[str, str, int], dict[str, Any]]  # (server, protocol, concurrency) -> its JSON cell
 
 
 def load(path: Path) -> tuple[dict[str, Any], Cells]:
@@ -41,6 +42,26 @@ def load(path: Path) -> tuple[dict[str, Any], Cells]:
         raise SystemExit(f"{path}: not the JSON of bench/dynamic_batching.py --json")
     cells = {(c["server"], c["protocol"], c["concurrency"]): c for c in document["cells"]}
     return document, cells
+
+
+def merge(paths: list[Path]) -> tuple[dict[str, Any], Cells]:
+    """The cells of every file; the rounds of a cell found in more than one, one after the other."""
+    documents: list[dict[str, Any]] = []
+    cells: Cells = {}
+    for path in paths:
+        document, more = load(path)
+        documents.append(document)
+        for key, cell in more.items():
+            if key not in cells:
+                cells[key] = {k: list(v) if isinstance(v, list) else v for k, v in cell.items()}
+                continue
+            for figure in ("infer_per_sec", "cpu_us", "client_cpu_us"):
+                cells[key][figure] += cell[figure]
+    batches: dict[str, list[float]] = {}
+    for document in documents:
+        for server, sizes in document.get("average_batch", {}).items():
+            batches.setdefault(server, []).extend(sizes)
+    return {**documents[0], "average_batch": batches}, cells
 
 
 def spread(values: list[float]) -> tuple[float, float, float]:
@@ -128,11 +149,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("results", type=Path, help="the JSON of dynamic_batching.py --json")
+    parser.add_argument("results", type=Path, nargs="+", help="the JSON of dynamic_batching.py --json")
     parser.add_argument("--out", type=Path, default=Path("docs/img"), help="folder for the PNG files")
     parser.add_argument("--table", action="store_true", help="also print the headline table in Markdown")
     args = parser.parse_args()
-    document, cells = load(args.results)
+    document, cells = merge(args.results)
     for path in plot(cells, args.out):
         print(f"wrote {path}")
     if args.table:

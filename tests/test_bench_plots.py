@@ -16,7 +16,7 @@ import dynamic_batching  # noqa: E402
 import plot_performance  # noqa: E402
 
 
-def results(tmp_path: Path) -> Path:
+def results(tmp_path: Path, protocol: str = "http") -> Path:
     """Three rounds of Nereid's two modes, Triton and the HTTP ceiling, written as the benchmark writes them."""
     runs = []
     for name, rates, cpu in (
@@ -25,14 +25,14 @@ def results(tmp_path: Path) -> Path:
         ("triton", [1000.0, 1000.0, 800.0], [120.0, 125.0, 130.0]),
         ("http-echo", [3000.0, 3100.0, 2900.0], []),
     ):
-        run = dynamic_batching.Run(name, ("http",))
-        run.rates[("http", 16)] = rates
+        run = dynamic_batching.Run(name, (protocol,))
+        run.rates[(protocol, 16)] = rates
         if cpu:
-            run.cpu_us[("http", 16)] = cpu
-            run.client_us[("http", 16)] = [50.0, 50.0, 50.0]
+            run.cpu_us[(protocol, 16)] = cpu
+            run.client_us[(protocol, 16)] = [50.0, 50.0, 50.0]
             run.batch_sizes = [4.0]
         runs.append(run)
-    path = tmp_path / "results.json"
+    path = tmp_path / f"{protocol}.json"
     dynamic_batching.write_json(path, runs, argparse.Namespace(rounds=3, json=path))
     return path
 
@@ -47,6 +47,20 @@ def test_the_headline_table_gives_medians_and_per_round_ratios(tmp_path: Path) -
     # Triton: median 1,000 infer/s at 125 us; process mode 1,000 (1.00x; rounds 0.90, 1.20, 1.25);
     # thread mode 1,400 (1.40x; rounds 1.50, 1.30, 1.75)
     assert row == "| HTTP | 16 | 1,000, 125 | 1,000, 140 | 1.00 (0.90-1.25) | 1,400, 65 | 1.40 (1.30-1.75) |"
+
+
+def test_files_are_read_as_one(tmp_path: Path) -> None:
+    """One run per protocol gives one table; a cell in two files gets the rounds of both."""
+    http, grpc = results(tmp_path, "http"), results(tmp_path, "grpc")
+    document, cells = plot_performance.merge([http, grpc])
+    assert [row.split(" | ")[0] for row in plot_performance.table(cells).splitlines()[2:]] == [
+        "| HTTP",
+        "| gRPC",
+    ]
+    assert document["average_batch"]["triton"] == [4.0, 4.0]
+    _, twice = plot_performance.merge([http, http])
+    assert twice[("nereid", "http", 16)]["infer_per_sec"] == [900.0, 1200.0, 1000.0] * 2
+    assert cells[("nereid", "http", 16)]["infer_per_sec"] == [900.0, 1200.0, 1000.0]  # not grown by the merge
 
 
 def test_the_plots_are_png_files(tmp_path: Path) -> None:
