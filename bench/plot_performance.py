@@ -6,7 +6,7 @@ Writes two PNG files into --out: infer/s against concurrency (`performance-throu
 server's CPU microseconds per request against concurrency (`performance-cpu.png`), one panel per
 protocol, each server's median over the rounds with the lowest and highest round as a bar. `--table`
 also prints the headline table in Markdown: per protocol and concurrency, each server's median infer/s
-and CPU per request, and Nereid's ratio to Triton with its per-round range. Several files (say, one run per
+and CPU per request, Nereid's with their ratios to Triton's and the range of the per-round ratios. Several files (say, one run per
 protocol) are read as one: a cell found in two of them gets the rounds of both.
 
 Needs matplotlib (`pip install -e '.[bench]'`).
@@ -119,30 +119,33 @@ def plot(cells: Cells, out: Path) -> list[Path]:
 
 
 def table(cells: Cells) -> str:
-    """The headline table: Triton's and each Nereid mode's median infer/s and CPU per request, and each
-    mode's infer/s over Triton's (median of the rounds' medians, and the range of the per-round ratios)."""
+    """The headline table: Triton's median infer/s and CPU per request, and each Nereid mode's, each with its
+    ratio to Triton's (of the medians) and the lowest and highest of the per-round ratios."""
     nereids = [s for s in ("nereid", "nereid-thread") if any(k[0] == s for k in cells)]
-    head = "| protocol | concurrency | Triton infer/s, CPU us |"
-    rule = "|---|---:|---:|"
+    head = "| protocol | concurrency | Triton infer/s | Triton CPU us |"
+    rule = "|---|---:|---:|---:|"
     for server in nereids:
-        head += f" {LABELS[server]}: infer/s, CPU us | x Triton (per round) |"
+        head += f" {LABELS[server]}: infer/s (x Triton, per round) | CPU us (x Triton, per round) |"
         rule += "---:|---:|"
     lines = [head, rule]
     for protocol in PROTOCOLS:
         for concurrency in sorted({c for (s, p, c) in cells if p == protocol}):
             triton = cells[("triton", protocol, concurrency)]
             rate, cpu = statistics.median(triton["infer_per_sec"]), statistics.median(triton["cpu_us"])
-            line = f"| {PROTOCOLS[protocol]} | {concurrency} | {rate:,.0f}, {cpu:.0f} |"
+            line = f"| {PROTOCOLS[protocol]} | {concurrency} | {rate:,.0f} | {cpu:.0f} |"
             for server in nereids:
                 mine = cells[(server, protocol, concurrency)]
-                ratios = sorted(
-                    n / t for n, t in zip(mine["infer_per_sec"], triton["infer_per_sec"], strict=True)
-                )
-                n_rate = statistics.median(mine["infer_per_sec"])
-                line += f" {n_rate:,.0f}, {statistics.median(mine['cpu_us']):.0f} |"
-                line += f" {n_rate / rate:.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f}) |"
+                line += f" {against(mine['infer_per_sec'], triton['infer_per_sec'], ',.0f')} |"
+                line += f" {against(mine['cpu_us'], triton['cpu_us'], '.0f')} |"
             lines.append(line)
     return "\n".join(lines)
+
+
+def against(mine: list[float], triton: list[float], form: str) -> str:
+    """'median (median / Triton's median, lowest-highest per-round ratio)'; rounds pair up in order."""
+    ratios = sorted(n / t for n, t in zip(mine, triton, strict=True))
+    median = statistics.median(mine)
+    return f"{median:{form}} ({median / statistics.median(triton):.2f}, {ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
 def main() -> int:

@@ -42,11 +42,14 @@ def test_the_headline_table_gives_medians_and_per_round_ratios(tmp_path: Path) -
     assert document["settings"]["rounds"] == 3
     assert document["average_batch"]["triton"] == [4.0]
     lines = plot_performance.table(cells).splitlines()
-    assert lines[0].startswith("| protocol | concurrency | Triton infer/s, CPU us |")
+    assert lines[0].startswith("| protocol | concurrency | Triton infer/s | Triton CPU us |")
     (row,) = lines[2:]
-    # Triton: median 1,000 infer/s at 125 us; process mode 1,000 (1.00x; rounds 0.90, 1.20, 1.25);
-    # thread mode 1,400 (1.40x; rounds 1.50, 1.30, 1.75)
-    assert row == "| HTTP | 16 | 1,000, 125 | 1,000, 140 | 1.00 (0.90-1.25) | 1,400, 65 | 1.40 (1.30-1.75) |"
+    # Triton: median 1,000 infer/s at 125 us. Process mode: 1,000 infer/s (rounds 0.90, 1.20, 1.25 of
+    # Triton's) at 140 us (1.25, 1.04, 1.08); thread mode: 1,400 (1.50, 1.30, 1.75) at 65 us (0.50, 0.56, 0.50)
+    assert row == (
+        "| HTTP | 16 | 1,000 | 125 | 1,000 (1.00, 0.90-1.25) | 140 (1.12, 1.04-1.25) |"
+        " 1,400 (1.40, 1.30-1.75) | 65 (0.52, 0.50-0.56) |"
+    )
 
 
 def test_files_are_read_as_one(tmp_path: Path) -> None:
