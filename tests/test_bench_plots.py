@@ -79,3 +79,14 @@ def test_other_json_is_refused(tmp_path: Path) -> None:
     other.write_text('{"benchmark": "python_backend", "cells": []}')
     with pytest.raises(SystemExit, match="not the JSON of bench/dynamic_batching.py --json"):
         plot_performance.load(other)
+
+
+def test_the_performance_page_shows_the_table_of_its_runs() -> None:
+    """docs/performance.md's headline table is the one its committed runs give, row for row."""
+    docs = BENCH.parent / "docs"
+    _, cells = plot_performance.merge(
+        [docs / "img" / "performance-http.json", docs / "img" / "performance-grpc.json"]
+    )
+    page = (docs / "performance.md").read_text()
+    for row in plot_performance.table(cells).splitlines():
+        assert row in page
