@@ -141,6 +141,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-console", type=_bool, default=True, metavar="BOOL", help="the web console at /console"
     )
+    p.add_argument(
+        "--allow-openai",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
+        help="the OpenAI API (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models)",
+    )
+    p.add_argument(
+        "--openai-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve the OpenAI API on a port of its own (on --http-address) instead of the HTTP port",
+    )
     p.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS")
     p.add_argument(
         "--grpc-restricted-protocol",
@@ -315,6 +329,8 @@ def _restricted_apis(items: Sequence[str], flag: str, kind: str) -> tuple[Restri
     """Each `<group>[,<group>...]:<header>=<value>`, as tritonserver takes them: a group in one item only.
     `kind` is Triton's word for a group in its refusals ("api" over HTTP, "protocol" over gRPC), which
     its test scripts look for."""
+    # the OpenAI routes are HTTP's alone
+    known = [g for g in API_GROUPS if flag == "--http-restricted-api" or g != "openai"]
     result = []
     seen: set[str] = set()
     for item in items:
@@ -324,9 +340,9 @@ def _restricted_apis(items: Sequence[str], flag: str, kind: str) -> tuple[Restri
             raise SystemExit(f"nereid: {flag} expects <{kind}>[,<{kind}>...]:<header>=<value>, got '{item}'")
         groups = [g.strip() for g in groups_text.split(",")]
         for group in groups:
-            if group not in API_GROUPS:
+            if group not in known:
                 raise SystemExit(
-                    f"nereid: {flag}: unknown restricted {kind} '{group}' (known: {', '.join(API_GROUPS)})"
+                    f"nereid: {flag}: unknown restricted {kind} '{group}' (known: {', '.join(known)})"
                 )
             if group in seen:
                 raise SystemExit(
@@ -411,6 +427,8 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         repository_poll_secs=args.repository_poll_secs,
         allow_client_shm=args.allow_client_shm,
         allow_console=args.allow_console,
+        allow_openai=args.allow_openai,
+        openai_port=args.openai_port,
         http_header_forward_pattern=_forward_pattern(args.http_header_forward_pattern, "--http"),
         grpc_header_forward_pattern=_forward_pattern(args.grpc_header_forward_pattern, "--grpc"),
         http_restricted_api=_restricted_apis(args.http_restricted_api, "--http-restricted-api", "api"),
