@@ -8,9 +8,11 @@ Over gRPC a bare grpc.aio server that answers the same requests with no model be
 infer requests with a fixed response (http_infer_echo_app.py) gives it. Afterwards each server's statistics say how large its
 batches were (inference_count / execution_count).
 
-Nereid runs once per execution mode of the Python backend (--modes: `process`, workers as in Triton,
-and `thread`, model.py inside the server process). Each measurement also takes the CPU time of every
-process of the server (workers and stubs included) per request completed in it.
+Nereid runs with its default settings (--nereid-flag adds to them), once per execution mode of the
+Python backend in --modes (`process`, the default: workers as in Triton; `thread`, model.py inside the
+server process). --dynamic-batching=off serves `add_sub` as shipped, each request executed on its own.
+Each measurement also takes the CPU time of every process of the server (workers and stubs included) per
+request completed in it.
 
 Prints the median infer/s and CPU microseconds per request of each server, the ratios nereid/triton,
 nereid/ceiling and ceiling/triton, and whether the targets are met: over HTTP at least 1.0 of Triton
@@ -77,10 +79,12 @@ class Run:
     batch_sizes: list[float] = field(default_factory=list)
 
 
-def batched_repository(root: Path) -> Path:
+def batched_repository(root: Path, batching: bool = True) -> Path:
+    """`add_sub` with `dynamic_batching { }`, or as shipped (each request executed on its own)."""
     shutil.copytree(SOURCE, root / MODEL)
     config = root / MODEL / "config.pbtxt"
-    config.write_text(config.read_text() + "dynamic_batching { }\n")
+    if batching:
+        config.write_text(config.read_text() + "dynamic_batching { }\n")
     return root
 
 
@@ -96,16 +100,8 @@ def start_server(
     if name.startswith("nereid"):
         mode = name.removesuffix("+trace").partition("-")[2]
         flags = (f"--backend-config=python,execution-mode={mode}",) if mode else ()
-        # The native gRPC core, which serves only with deflate requests refused.
-        process = start_nereid(
-            http_port,
-            repository,
-            grpc_port,
-            "--grpc-request-compression=gzip",
-            "--allow-client-shm=true",  # as Triton 2.51 allows regions by default
-            *flags,
-            *extra,
-        )
+        # Nereid's defaults (the native gRPC core among them), unless --nereid-flag says otherwise.
+        process = start_nereid(http_port, repository, grpc_port, *flags, *extra)
     elif name == "triton":
         command, env = triton_command(repository, http_port, grpc_port)
         process = start(command, "triton", env)
@@ -220,7 +216,18 @@ def main() -> int:
     parser.add_argument("--stability", type=int, default=100, help="perf_analyzer stability percent")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every server, alternating")
     parser.add_argument("--protocol", action="append", choices=("http", "grpc"), help="default: both")
-    parser.add_argument("--modes", default="process,thread", help="Nereid's Python execution modes to run")
+    parser.add_argument(
+        "--modes", default="process", help="Nereid's Python execution modes to run (process,thread: both)"
+    )
+    parser.add_argument(
+        "--dynamic-batching",
+        choices=("on", "off"),
+        default="on",
+        help="add_sub with dynamic_batching { } (on) or as shipped, without (off)",
+    )
+    parser.add_argument(
+        "--no-ceilings", action="store_true", help="leave out the bare servers that bound a Python server"
+    )
     parser.add_argument(
         "--ceiling-processes", type=int, default=1, help="uvicorn processes of the HTTP ceiling (default 1)"
     )
@@ -251,12 +258,14 @@ def main() -> int:
             ("uvicorn", "uvicorn"), ("uvloop", "uvloop"), ("httptools", "httptools"), ("orjson", "orjson")
         )
     nereid_flags = tuple(args.nereid_flag)
+    if args.shared_memory != "none":
+        nereid_flags += ("--allow-client-shm=true",)  # as Triton 2.51 allows regions by default
     runs = [
         Run("nereid" if m == "process" else f"nereid-{m}", protocols, flags=nereid_flags)
         for m in args.modes.split(",")
     ]
     runs.append(Run("triton", protocols))
-    if args.shared_memory == "none":  # the bare ceilings register no regions
+    if args.shared_memory == "none" and not args.no_ceilings:  # the bare ceilings register no regions
         runs.extend(Run(CEILINGS[p], (p,)) for p in protocols)
     with tempfile.TemporaryDirectory(prefix="nereid-bench-batching-") as tmp:
         if args.traced:  # each traced server beside its untraced one: a pair measured cell by cell
@@ -267,7 +276,7 @@ def main() -> int:
                     flags = trace_flags(Path(tmp) / f"{r.name}.trace.json")
                     paired.append(Run(f"{r.name}+trace", protocols, flags=(*nereid_flags, *flags)))
             runs = paired
-        repository = batched_repository(Path(tmp) / "repository")
+        repository = batched_repository(Path(tmp) / "repository", args.dynamic_batching == "on")
         for round_ in range(args.rounds):
             for group in round_order(runs, round_):
                 try:
@@ -282,7 +291,7 @@ def main() -> int:
                 for (p, c) in r.rates
             )
             print(f"round {round_ + 1}: {line}", flush=True)
-    report(runs, protocols, concurrencies, args.shared_memory)
+    report(runs, protocols, concurrencies, args.shared_memory, args.dynamic_batching == "on")
     if args.json:
         write_json(args.json, runs, args)
     return 0
@@ -323,7 +332,11 @@ def round_order(runs: list[Run], round_: int) -> list[list[Run]]:
 
 
 def report(
-    runs: list[Run], protocols: tuple[str, ...], concurrencies: list[int], shared_memory: str = "none"
+    runs: list[Run],
+    protocols: tuple[str, ...],
+    concurrencies: list[int],
+    shared_memory: str = "none",
+    batching: bool = True,
 ) -> None:
     by_name = {r.name: r for r in runs}
     triton = by_name["triton"]
@@ -333,7 +346,8 @@ def report(
     client = {(r.name, key): statistics.median(us) for r in runs for key, us in r.client_us.items()}
     tensors = "tensors in system shared memory" if shared_memory == "system" else "tensors in the body"
     print(
-        f"\nmodel {MODEL} (Python backend, FP32 [16], max_batch_size 64, dynamic_batching), {tensors},"
+        f"\nmodel {MODEL} (Python backend, FP32 [16], max_batch_size 64, "
+        f"{'dynamic_batching' if batching else 'no dynamic batching'}), {tensors},"
         " median infer/s, CPU us per request (all the server's processes; 'pa us': perf_analyzer's, against"
         " each server), per-round range of nereid/triton:"
     )

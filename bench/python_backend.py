@@ -62,7 +62,9 @@ def main() -> int:
     parser.add_argument("--protocol", action="append", choices=sorted(PROTOCOLS), help="default: all")
     parser.add_argument("--nereid-only", action="store_true", help="skip the real Triton")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both servers, alternating")
-    parser.add_argument("--modes", default="process,thread", help="Nereid's Python execution modes to run")
+    parser.add_argument(
+        "--modes", default="process", help="Nereid's Python execution modes to run (process,thread: both)"
+    )
     parser.add_argument(
         "--nereid-flag", action="append", default=[], help="a flag for Nereid's command line (repeatable)"
     )

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nereid.cli_help import NO_EFFECT, Formatter, describe, unknown_flag
+from nereid.cli_help import NO_EFFECT, Formatter, Parser, describe, unknown_flag
 from nereid.log_settings import FORMATS, LogSettings, escape_messages
 from nereid.repository.remote.location import is_remote
 from nereid.settings import (
@@ -55,7 +55,7 @@ def _request_compression(value: str) -> frozenset[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="nereid",
         description="Serve a Triton model repository over Triton's HTTP/REST and gRPC protocols.",
         allow_abbrev=False,
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--grpc-request-compression",
         type=_request_compression,
-        default="gzip,deflate",
+        default=None,
         metavar="LIST",
     )
     p.add_argument("--grpc-use-ssl", type=_bool, default=False, metavar="BOOL")
@@ -325,20 +325,33 @@ def _quantiles(text: str) -> tuple[float, ...]:
     return tuple(quantiles)
 
 
-def _restricted_api(item: str, flag: str) -> RestrictedApi:
-    """`<group>[,<group>...]:<header>=<value>`, as tritonserver takes it."""
-    groups_text, colon, pair = item.partition(":")
-    header, equals, value = pair.partition("=")
-    groups = frozenset(g.strip() for g in groups_text.split(","))
+def _restricted_apis(items: Sequence[str], flag: str, kind: str) -> tuple[RestrictedApi, ...]:
+    """Each `<group>[,<group>...]:<header>=<value>`, as tritonserver takes them: a group in one item only.
+    `kind` is Triton's word for a group in its refusals ("api" over HTTP, "protocol" over gRPC), which
+    its test scripts look for."""
     # the OpenAI routes are HTTP's alone
-    known = set(API_GROUPS) if flag == "--http-restricted-api" else set(API_GROUPS) - {"openai"}
-    unknown = sorted(groups - known)
-    if not colon or not equals or not header or unknown:
-        raise SystemExit(
-            f"nereid: {flag} expects <api>[,<api>...]:<header>=<value> with apis among "
-            f"{', '.join(group for group in API_GROUPS if group in known)}; got '{item}'"
-        )
-    return RestrictedApi(groups, header.strip().lower(), value)
+    known = [g for g in API_GROUPS if flag == "--http-restricted-api" or g != "openai"]
+    result = []
+    seen: set[str] = set()
+    for item in items:
+        groups_text, colon, pair = item.partition(":")
+        header, equals, value = pair.partition("=")
+        if not colon or not equals or not header:
+            raise SystemExit(f"nereid: {flag} expects <{kind}>[,<{kind}>...]:<header>=<value>, got '{item}'")
+        groups = [g.strip() for g in groups_text.split(",")]
+        for group in groups:
+            if group not in known:
+                raise SystemExit(
+                    f"nereid: {flag}: unknown restricted {kind} '{group}' (known: {', '.join(known)})"
+                )
+            if group in seen:
+                raise SystemExit(
+                    f"nereid: {flag}: restricted {kind} '{group}' can not be specified in multiple config "
+                    "groups: each group of APIs takes one header"
+                )
+            seen.add(group)
+        result.append(RestrictedApi(frozenset(groups), header.strip().lower(), value))
+    return tuple(result)
 
 
 def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
@@ -349,6 +362,9 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         print(typo, file=sys.stderr)
         raise SystemExit(2)
     args = parser.parse_args(_joined_values(argv, parser))
+    if args.http_max_input_size <= 0:
+        # Triton's words, which its test scripts look for
+        raise SystemExit("Error: --http-max-input-size must be greater than 0.")
     for item in args.model_load_gpu_limit or ():
         _check_gpu_limit(item)
     warnings = [
@@ -415,11 +431,9 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         openai_port=args.openai_port,
         http_header_forward_pattern=_forward_pattern(args.http_header_forward_pattern, "--http"),
         grpc_header_forward_pattern=_forward_pattern(args.grpc_header_forward_pattern, "--grpc"),
-        http_restricted_api=tuple(
-            _restricted_api(item, "--http-restricted-api") for item in args.http_restricted_api
-        ),
-        grpc_restricted_protocol=tuple(
-            _restricted_api(item, "--grpc-restricted-protocol") for item in args.grpc_restricted_protocol
+        http_restricted_api=_restricted_apis(args.http_restricted_api, "--http-restricted-api", "api"),
+        grpc_restricted_protocol=_restricted_apis(
+            args.grpc_restricted_protocol, "--grpc-restricted-protocol", "protocol"
         ),
         model_config_name=args.model_config_name,
         auto_complete_config=auto_complete,

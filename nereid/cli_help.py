@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import difflib
 from collections.abc import Iterable, Sequence
+from typing import NoReturn
 
 # Triton flags that Nereid accepts so that tritonserver command lines keep working, but that have no
 # effect here, each with the reason. Each one given is reported at start-up.
@@ -80,10 +81,13 @@ HELP = {
     "request parameters (case-insensitive unless it starts with (?-i))",
     "--grpc-header-forward-pattern": "gRPC metadata whose keys match this regular expression become request "
     "parameters",
-    "--grpc-core": "native: pygrpc-native (the grpc extra); aio: grpc.aio; auto: native unless TLS, response "
-    "compression, connection ageing or deflate-compressed requests are asked for, or the extra is missing",
+    "--grpc-core": "native: pygrpc-native (HTTP/2 and per-call work outside the GIL; installed with Nereid on "
+    "Linux x86_64 and macOS arm64), which refuses deflate-compressed requests with UNIMPLEMENTED; aio: "
+    "grpc.aio, which serves every option and compression; auto: native unless TLS, response compression, "
+    "connection ageing or deflate requests are asked for, or the package is missing",
     "--grpc-request-compression": "compressions gRPC requests may use, gzip and/or deflate; others are refused "
-    "with UNIMPLEMENTED. The native core decompresses gzip only: 'gzip' lets --grpc-core=auto pick it",
+    "with UNIMPLEMENTED. Default: what the core decompresses (native: gzip; aio: both, as tritonserver); "
+    "naming deflate makes --grpc-core=auto serve with grpc.aio",
     "--cpu-scheduling": "Linux scheduling policy of the server's threads and worker processes: batch "
     "(SCHED_BATCH: a thread woken by another waits for a CPU rather than taking the waker's at once, for "
     "fewer context switches per request) or normal (the policy the server was started with)",
@@ -91,6 +95,18 @@ HELP = {
     "(repeatable, one setting each)",
     "--response-cache-byte-size": "Triton's older flag: a local response cache of this many bytes",
 }
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line that points at --help rather than the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        if "--model-repository" in message and "required" in message:
+            message = (
+                "--model-repository is required: the folder of models to serve, for example "
+                "nereid --model-repository=examples/model_repository"
+            )
+        self.exit(2, f"{self.prog}: {message} (nereid --help lists every flag)\n")
 
 
 class Formatter(argparse.HelpFormatter):

@@ -13,6 +13,7 @@ import time
 from collections.abc import Coroutine
 from functools import partial
 from typing import Any
+from warnings import filterwarnings
 
 import grpc
 
@@ -82,6 +83,9 @@ def serve(settings: ServerSettings, warnings: list[str] | None = None) -> int:
     except NereidError as exc:
         print(f"nereid: {exc.message}", file=sys.stderr)
         return 1
+    # A JSON number past FP32's or FP16's range becomes infinity, as in Triton; numpy's cast says so with a
+    # warning, which has no place in the server's log for a client's input.
+    filterwarnings("ignore", "overflow encountered in cast", RuntimeWarning, r"nereid\.frontends\.")
     log.info("Nereid %s (Triton protocol %s) starting", __version__, TRITON_PROTOCOL_VERSION)
     for warning in warnings or []:
         log.warning(warning)

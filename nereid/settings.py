@@ -58,9 +58,9 @@ class GrpcOptions:
     # Which server serves gRPC: "native" (pygrpc-native: HTTP/2 and per-call work in Rust, outside the
     # GIL), "aio" (grpc.aio), or "auto": native where it can serve every option given, else aio.
     core: str = "auto"
-    # The compressions a request may come in (tritonserver: gzip and deflate). pygrpc-native decompresses
-    # gzip only, so with deflate in here `auto` serves with grpc.aio.
-    request_compression: frozenset[str] = frozenset(("gzip", "deflate"))
+    # The compressions a request may come in; None: what the core decompresses (grpc.aio: gzip and deflate,
+    # as tritonserver; pygrpc-native: gzip). Naming deflate makes `auto` serve with grpc.aio.
+    request_compression: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

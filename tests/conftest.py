@@ -75,20 +75,24 @@ def wait_ready(url: str, process: subprocess.Popen[bytes] | None, timeout: float
     raise TimeoutError(f"server at {url} not ready after {timeout} s")
 
 
-# The gRPC core of servers whose test names none: NEREID_TEST_GRPC_CORE=native runs the gRPC suites on
-# pygrpc-native wherever it can serve (it needs deflate requests refused; TLS tests stay on grpc.aio),
-# =aio on grpc.aio; unset, the default.
+# The gRPC core of servers whose test names none: NEREID_TEST_GRPC_CORE=aio runs the gRPC suites on
+# grpc.aio; unset (or =native), the default: the native core wherever it can serve (TLS tests get
+# grpc.aio).
 GRPC_CORE_FLAGS = {
-    "native": ("--grpc-request-compression=gzip",),
     "aio": ("--grpc-core=aio",),
+    "native": (),
     "": (),
 }
 
 
 def start_nereid(repository: Path, log_path: Path, *extra: str, grpc: bool = False) -> RunningServer:
     """Nereid on free ports of 127.0.0.1, HTTP always, gRPC when asked; ready when this returns."""
-    port, grpc_port = free_ports(2)
+    port, grpc_port, metrics_port = free_ports(3)
     grpc_flags = [f"--grpc-port={grpc_port}", "--grpc-address=127.0.0.1"] if grpc else ["--allow-grpc=false"]
+    # A test that turns metrics on without naming a port gets a free one, never the default 8002.
+    metrics_flags = [f"--metrics-port={metrics_port}", "--metrics-address=127.0.0.1"]
+    if any(flag.startswith("--metrics-port") for flag in extra):
+        metrics_flags = []
     if grpc and not any(flag.startswith("--grpc-core") for flag in extra):
         grpc_flags += GRPC_CORE_FLAGS[os.environ.get("NEREID_TEST_GRPC_CORE", "")]
     command = [
@@ -100,6 +104,7 @@ def start_nereid(repository: Path, log_path: Path, *extra: str, grpc: bool = Fal
         "--http-address=127.0.0.1",
         *grpc_flags,
         "--allow-metrics=false",
+        *metrics_flags,
         *extra,
     ]
     log = log_path.open("wb")

@@ -68,8 +68,46 @@ def _with_position(source: ConfigSource, exc: text_format.ParseError) -> str:
         return f"{name}: failed to parse model configuration: {exc}"
     line, column, message = match.groups()
     message = _triton_wording(message)
-    hint = _hint(message)
+    hint = _hint(message) or _unclosed(source.text)
     return f"{name}:{line}:{column}: {message}{hint}"
+
+
+_CLOSERS = {"{": "}", "[": "]"}
+
+
+def _unclosed(text: str) -> str:
+    """Where the parser trips over a bracket, the mistake is often an earlier one left open: name the first
+    bracket that is not closed by its partner (outside strings and comments)."""
+    opened: list[tuple[str, int]] = []
+    quote = ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        escaped = False
+        for char in line:
+            if quote:
+                if escaped:
+                    escaped = False
+                elif char == "\\":
+                    escaped = True
+                elif char == quote:
+                    quote = ""
+            elif char in "\"'":
+                quote = char
+            elif char == "#":
+                break
+            elif char in _CLOSERS:
+                opened.append((char, number))
+            elif char in "}]":
+                if not opened or _CLOSERS[opened[-1][0]] != char:
+                    if opened:
+                        bracket, where = opened[-1]
+                        return f" (the '{bracket}' opened on line {where} is not closed before this '{char}')"
+                    return f" (this '{char}' on line {number} closes nothing)"
+                opened.pop()
+        quote = ""  # a string does not span lines
+    if opened:
+        bracket, where = opened[-1]
+        return f" (the '{bracket}' opened on line {where} is never closed)"
+    return ""
 
 
 # Python's protobuf words some integer errors differently from the C++ parser Triton uses; tools that check

@@ -17,7 +17,7 @@ from nereid.backends import BACKEND_PLATFORMS, InstanceSpec, backend_name, get_b
 from nereid.backends.base import AsyncModelInstance, Backend, ModelInstance
 from nereid.custom_metrics import CustomMetrics
 from nereid.engine_client import ModelServices
-from nereid.errors import ModelConfigError, NereidError, Unavailable
+from nereid.errors import InvalidArgument, ModelConfigError, NereidError, Unavailable
 from nereid.gpus import visible_gpu_count
 from nereid.model_config import (
     ConfigSource,
@@ -86,6 +86,14 @@ def load_model(
             source.duplicate_of.parent,
         )
         return result
+    if config_override is not None:
+        try:
+            _parse_override(source.name, config_override)
+        except InvalidArgument as exc:
+            # Triton answers a 'config' parameter it cannot read as a poll failure (INTERNAL), and the
+            # versions serving keep serving.
+            result.poll_failure = exc.message
+            return result
     try:
         config, config_source = _source_config(source, settings, config_override)
         if config_source.path is None and config_override is None and not settings.auto_complete_config:

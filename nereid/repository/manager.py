@@ -254,23 +254,28 @@ class ModelManager:
         """Load or reload `name`; raises with the reason when it fails, the serving versions untouched.
         An ensemble's composing models load first where not loaded yet (explicit mode), and the ensembles
         that call `name` reload after it, so that they are checked against it as it is now."""
-        check_model_name(name)
-        chain = self._chain_set()
-        if name in chain:
-            return
-        chain.add(name)
-        members = self._members_to_load_first(name, files)
-        # An unload of a composing model waits until the ensemble that loads it has loaded (as in Triton),
-        # and then takes the ensemble down with it, rather than pulling the model from under the load.
-        self._pin(members)
         try:
-            for member in members:
-                self._load_member(member)
-            self._load(name, config, files)
-        finally:
-            self._unpin(members)
-            self._reload_dependents(name)
-            chain.discard(name)
+            check_model_name(name)
+            chain = self._chain_set()
+            if name in chain:
+                return
+            chain.add(name)
+            members = self._members_to_load_first(name, files)
+            # An unload of a composing model waits until the ensemble that loads it has loaded (as in
+            # Triton), and then takes the ensemble down with it, rather than pulling the model from under
+            # the load.
+            self._pin(members)
+            try:
+                for member in members:
+                    self._load_member(member)
+                self._load(name, config, files)
+            finally:
+                self._unpin(members)
+                self._reload_dependents(name)
+                chain.discard(name)
+        except NereidError as exc:
+            _open_with_failed_to_load(name, exc)
+            raise
 
     def _load(self, name: str, config: str | None, files: dict[str, bytes] | None) -> None:
         if files and config is None:
@@ -693,9 +698,18 @@ class ModelManager:
         for row in self.index():
             if "state" not in row:
                 continue
-            status = row["state"] if row["state"] == "READY" else f"{row['state']}: {row['reason']}"
+            status = (
+                row["state"] if row["state"] == "READY" else f"{row['state']}: {_first_line(row['reason'])}"
+            )
             rows.append((row["name"], row.get("version", "-"), status))
         return rows
+
+
+def _first_line(reason: str) -> str:
+    """A table cell holds one line: a reason with a traceback keeps its first, and the error logged at the
+    failure has the rest."""
+    first, newline, _ = reason.strip().partition("\n")
+    return f"{first} (traceback in the log above)" if newline else first
 
 
 class RepositoryMissing(NotFound):
@@ -726,12 +740,22 @@ def _log_failures(result: LoadResult) -> None:
         log.error("failed to load %s: %s", what, reason)
 
 
+def _open_with_failed_to_load(name: str, exc: NereidError) -> None:
+    """Every load failure opens with Triton's "failed to load '<model>', ", which clients match on (Triton's
+    model-control examples among them), and goes on with the precise reason."""
+    opening = f"failed to load '{name}', "
+    if not exc.message.startswith(opening):
+        exc.message = opening + exc.message
+        exc.args = (exc.message,)
+
+
 def _load_failed(name: str, result: LoadResult) -> str:
     # Triton's words for a failed version ("version 2 is at UNAVAILABLE state: ..."), which clients match.
     reasons = "; ".join(
         (f"version {version} is at UNAVAILABLE state: " if version is not None else "") + reason
         for version, reason in sorted(result.failures.items(), key=lambda kv: kv[0] or 0)
     )
+    # load() opens it with "failed to load '<model>', " as well: Triton's lifecycle tests match this one.
     return f"load failed for model '{name}': {reasons}"
 
 

@@ -28,7 +28,7 @@ def checked_relative_path(model_name: str, key: str) -> PurePosixPath:
         or any(part in ("", ".", "..") for part in text.split("/"))
     ):
         raise InvalidArgument(
-            f"failed to load '{model_name}': file parameter '{key}' must be a relative path inside the model "
+            f"failed to load '{model_name}', file parameter '{key}' must be a relative path inside the model "
             "folder (no '..', no absolute paths, no empty parts)"
         )
     parts = text.split("/")

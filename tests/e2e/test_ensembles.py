@@ -225,6 +225,7 @@ def test_explicit_load_of_an_invalid_ensemble(explicit_server: httpclient.Infere
     with pytest.raises(InferenceServerException) as caught:
         client.load_model("unmapped_input")
     assert caught.value.message() == (
-        "load failed for model 'unmapped_input': " + INVALID_ENSEMBLES["unmapped_input"][1]
+        "failed to load 'unmapped_input', load failed for model 'unmapped_input': "
+        + INVALID_ENSEMBLES["unmapped_input"][1]
     )
     assert "sum" in _ready(client)  # the member it named was loaded for it, and stays

@@ -30,7 +30,7 @@ from tests.conftest import EXAMPLES, RunningServer, start_nereid, stop
 # compressed as a client accepts (the native core has no response compression): every test below runs on
 # both.
 CORES = {
-    "native": ("--grpc-core=native", "--grpc-request-compression=gzip"),
+    "native": ("--grpc-core=native",),
     "aio": ("--grpc-core=aio", "--grpc-infer-response-compression-level=high"),
 }
 
@@ -150,7 +150,7 @@ def test_compressed_requests(server: RunningServer, algorithm: str) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     inputs, a, b = _inputs(grpcclient)
     if algorithm == "deflate" and server.core == "native":  # type: ignore[attr-defined]
-        # --grpc-request-compression=gzip: deflate is refused with a clear status (README).
+        # The native core refuses deflate with a clear status (README).
         with pytest.raises(InferenceServerException, match="deflate"):
             client.infer("simple", inputs, compression_algorithm=algorithm)
         return
@@ -158,10 +158,38 @@ def test_compressed_requests(server: RunningServer, algorithm: str) -> None:
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
 
 
-def test_the_default_core_serves_every_compression_a_client_sends(tmp_path: Path) -> None:
+def test_the_default_core_is_native_and_refuses_only_deflate(tmp_path: Path) -> None:
     running = start_nereid(EXAMPLES, tmp_path / "nereid.log", "--grpc-core=auto", grpc=True)
     try:
-        assert "gRPC served by grpc.aio, since the native core lacks deflate requests" in running.log()
+        assert (
+            "gRPC served by pygrpc-native, the native core (HTTP/2 and per-call work outside the GIL); it "
+            "refuses deflate-compressed requests with UNIMPLEMENTED, and --grpc-core=aio serves them"
+        ) in running.log()
+        client = grpcclient.InferenceServerClient(running.grpc_url)
+        inputs, a, b = _inputs(grpcclient)
+        for algorithm in ("gzip", None):
+            result = client.infer("simple", inputs, compression_algorithm=algorithm)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+        with pytest.raises(InferenceServerException, match="deflate") as info:
+            client.infer("simple", inputs, compression_algorithm="deflate")
+        assert info.value.status() == "StatusCode.UNIMPLEMENTED"
+    finally:
+        stop(running.process)
+
+
+def test_naming_deflate_serves_every_compression_with_grpc_aio(tmp_path: Path) -> None:
+    running = start_nereid(
+        EXAMPLES,
+        tmp_path / "nereid.log",
+        "--grpc-core=auto",
+        "--grpc-request-compression=gzip,deflate",
+        grpc=True,
+    )
+    try:
+        assert (
+            "gRPC served by grpc.aio, since the native core lacks deflate-compressed requests "
+            "(--grpc-request-compression names deflate)"
+        ) in running.log()
         client = grpcclient.InferenceServerClient(running.grpc_url)
         inputs, a, b = _inputs(grpcclient)
         for algorithm in ("gzip", "deflate", None):

@@ -4,14 +4,16 @@ binary data only."""
 
 from __future__ import annotations
 
+import gzip
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
 
-from nereid.errors import InvalidArgument
+from nereid.errors import InternalError, InvalidArgument
 from nereid.frontends.http.codec import decode_infer_request, decode_raw_binary_request, encode_infer_response
+from nereid.frontends.http.compression import decompress
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 
@@ -63,3 +65,27 @@ def test_bytes_that_are_not_utf8_are_refused_as_json_but_sent_as_binary() -> Non
         response, InferRequest("m", "", [], [RequestedOutput("OUT", True)])
     )
     assert header_length is not None and body.endswith(b"\x02\x00\x00\x00\xff\x00")
+
+
+@pytest.mark.parametrize(
+    ("count", "message"),
+    [
+        (15, "Failed to parse 'data' field: shape does not match true shape"),
+        (18, "Unable to parse 'data': Shape does not match true shape of 'data' field"),
+    ],
+)
+def test_data_that_does_not_fill_its_shape_is_refused_in_tritons_words(count: int, message: str) -> None:
+    # Triton's L0_http compares the whole error body, so the text is exactly Triton's.
+    data = ",".join(["1"] * count)
+    body = f'{{"inputs":[{{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[{data}]}}]}}'
+    with pytest.raises(InternalError) as info:
+        decode_infer_request(body.encode(), None, "simple", "")
+    assert info.value.message == message
+
+
+def test_a_decompressed_body_past_the_limit_is_refused_in_tritons_words() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        decompress(gzip.compress(b" " * 2048), "gzip", 1024)
+    assert info.value.message == (
+        "the decompressed request body exceeds the maximum allowed value of 1024 bytes (--http-max-input-size)"
+    )

@@ -124,3 +124,24 @@ def test_json_config_takes_one_object_for_a_repeated_field() -> None:
         config.sequence_batching.control_input[0].control[0].kind
         == mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'max_batch_size: 8\ninput [\n  { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ]\n]\n',
+            "config.pbtxt:4:1: ']': Expected identifier or number, got ]. "
+            "(the '{' opened on line 3 is not closed before this ']')",
+        ),
+        (
+            'name: "a { [ # }"  # a } in a comment\ninput [\n  { name: "x" }\n',
+            "(the '[' opened on line 2 is never closed)",
+        ),
+        ('name: "x" }\n', "(this '}' on line 1 closes nothing)"),
+    ],
+)
+def test_a_bracket_left_open_is_named_with_its_line(text: str, message: str) -> None:
+    with pytest.raises(ModelConfigError) as info:
+        parse_config_text(text, ConfigSource(Path("config.pbtxt"), text))
+    assert info.value.message.endswith(message)

@@ -200,9 +200,13 @@ def test_config_override_replaces_config_pbtxt(explicit: ModelManager) -> None:
     override = json.dumps({"platform": "onnxruntime_onnx", "max_batch_size": 2})
     explicit.load("alpha", config=override)
     assert explicit.get("alpha").config_json["max_batch_size"] == 2
-    with pytest.raises(InvalidArgument, match="names the model 'other'"):
+    # A 'config' parameter that cannot be read is a poll failure, as in Triton (INTERNAL).
+    poll_failure = "failed to load 'alpha', failed to poll from model repository: "
+    with pytest.raises(
+        PollFailed, match=poll_failure + "model 'alpha': the 'config' parameter names the model 'other'"
+    ):
         explicit.load("alpha", config=json.dumps({"name": "other"}))
-    with pytest.raises(InvalidArgument, match="not valid JSON"):
+    with pytest.raises(PollFailed, match=poll_failure + ".* is not valid JSON"):
         explicit.load("alpha", config="{bad")
     assert explicit.get("alpha").config_json["max_batch_size"] == 2  # still serving the override
     explicit.load("alpha")  # a load without 'config' keeps the one given before, as in Triton
@@ -437,3 +441,26 @@ def test_each_successful_load_is_logged_once(repo: Path, caplog: pytest.LogCaptu
             assert loaded() == ["successfully loaded 'alpha'"] * 3
         finally:
             manager.stop()
+
+
+def test_the_startup_table_shows_a_tracebacks_first_line(tmp_path: Path) -> None:
+    (tmp_path / "failing" / "1").mkdir(parents=True)
+    (tmp_path / "failing" / "config.pbtxt").write_text(
+        'backend: "python"\ninput [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n'
+        'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]\n'
+    )
+    (tmp_path / "failing" / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        "        raise ValueError('the weights file is missing')\n"
+    )
+    manager = ModelManager(ServerSettings(model_repositories=(tmp_path,)))
+    manager.start()
+    try:
+        ((name, version, status),) = manager.model_table()
+        reason = manager.index()[0]["reason"]
+    finally:
+        manager.stop()
+    assert "\n" in reason and "model.py" in reason  # the index and the log keep the traceback
+    assert (name, version) == ("failing", "1")
+    assert status == ("UNAVAILABLE: ValueError: the weights file is missing (traceback in the log above)")

@@ -1,14 +1,14 @@
 """Build and start the gRPC server: its core, options, TLS, the inference and health services.
 
 Two cores serve the same servicer. grpc.aio does everything Triton's endpoint does, but its per-call
-machinery costs more CPU than the rest of a request. pygrpc-native (the `grpc` extra) runs HTTP/2 and the
-per-call work in Rust, outside the GIL, and hands the servicer's coroutines to the same event loop (and
-ModelInfer calls straight to the engine's callback path, see native.py); it serves unary calls itself and sends streams (ModelStreamInfer) to a grpc.aio server behind it. It has no
-TLS, no response compression and no connection ageing, and it decompresses gzip requests but not deflate
-ones: `--grpc-core=auto` (the default) picks it unless one of those is asked for, and says which core
-serves and why. Deflate is asked for by default, as tritonserver takes it: pygrpc-native 0.5 refuses a
-deflate request (UNIMPLEMENTED) before any handler sees it, so no handler could pass it on to the grpc.aio
-server behind it as streams are; only `--grpc-request-compression=gzip` lets `auto` pick the native core.
+machinery costs more CPU than the rest of a request. pygrpc-native (a dependency wherever it publishes
+wheels) runs HTTP/2 and the per-call work in Rust, outside the GIL, and hands the servicer's coroutines to
+the same event loop (and ModelInfer calls straight to the engine's callback path, see native.py); it serves
+unary calls itself and sends streams (ModelStreamInfer) to a grpc.aio server behind it. It has no TLS, no
+response compression and no connection ageing, and it decompresses gzip requests but not deflate ones:
+pygrpc-native 0.5 refuses a deflate request (UNIMPLEMENTED) before any handler sees it. `--grpc-core=auto`
+(the default) picks it unless TLS, response compression, connection ageing or deflate requests
+(`--grpc-request-compression` naming deflate) are asked for, and the log says which core serves and why.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ _COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 _ALGORITHM_BITS = {"identity": 1 << 0, "deflate": 1 << 1, "gzip": 1 << 2}
 
 
-def server_options(options: GrpcOptions) -> list[tuple[str, int]]:
-    """grpc channel arguments for tritonserver's --grpc-* flags."""
+def server_options(options: GrpcOptions, core: str = "aio") -> list[tuple[str, int]]:
+    """grpc channel arguments for tritonserver's --grpc-* flags, on the given core."""
     result = [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -60,10 +60,11 @@ def server_options(options: GrpcOptions) -> list[tuple[str, int]]:
         result.append(("grpc.max_connection_age_ms", options.max_connection_age_ms))
     if options.max_connection_age_grace_ms is not None:
         result.append(("grpc.max_connection_age_grace_ms", options.max_connection_age_grace_ms))
-    if options.request_compression != {"gzip", "deflate"}:
+    compressions = effective_request_compression(options, core)
+    if compressions != {"gzip", "deflate"}:
         # grpc refuses requests in a disabled algorithm with UNIMPLEMENTED, as the native core refuses
         # deflate; the bits also bound the algorithms a response compression level may pick.
-        enabled = sum(_ALGORITHM_BITS[name] for name in ("identity", *options.request_compression))
+        enabled = sum(_ALGORITHM_BITS[name] for name in ("identity", *compressions))
         result.append(("grpc.compression_enabled_algorithms_bitset", enabled))
     level = _COMPRESSION_LEVELS[options.infer_response_compression_level]
     if level:
@@ -71,31 +72,50 @@ def server_options(options: GrpcOptions) -> list[tuple[str, int]]:
     return result
 
 
+# What the native core cannot do, as the log and --grpc-core=native's refusal name it.
+_NATIVE_LACKS = (
+    ("TLS", lambda o: o.use_ssl),
+    ("response compression", lambda o: o.infer_response_compression_level != "none"),
+    ("connection ageing (--grpc-max-connection-age)", lambda o: o.max_connection_age_ms is not None),
+    (
+        "deflate-compressed requests (--grpc-request-compression names deflate)",
+        lambda o: o.request_compression is not None and "deflate" in o.request_compression,
+    ),
+)
+NATIVE_WHY = (
+    "pygrpc-native, the native core (HTTP/2 and per-call work outside the GIL); it refuses "
+    "deflate-compressed requests with UNIMPLEMENTED, and --grpc-core=aio serves them"
+)
+
+
 def choose_core(options: GrpcOptions) -> tuple[str, str]:
-    """("native" or "aio", why): the core that serves these options."""
+    """("native" or "aio", why): the core that serves these options, and a sentence for the log."""
     if options.core == "aio":
-        return "aio", "grpc.aio (--grpc-core=aio)"
-    needs = [
-        what
-        for what, asked in (
-            ("TLS", options.use_ssl),
-            ("response compression", options.infer_response_compression_level != "none"),
-            ("--grpc-max-connection-age", options.max_connection_age_ms is not None),
-            # It takes gzip whatever the flag says, so it serves exactly the requests of `gzip`.
-            (
-                "deflate requests (--grpc-request-compression=gzip refuses them)",
-                options.request_compression != {"gzip"},
-            ),
-        )
-        if asked
-    ]
-    if importlib.util.find_spec("pygrpc_native") is None:
-        needs.append("the pygrpc-native package (pip install 'nereid[grpc]')")
+        return "aio", "grpc.aio, as --grpc-core=aio asks"
+    needs = [what for what, asked in _NATIVE_LACKS if asked(options)]
+    if not needs and importlib.util.find_spec("pygrpc_native") is None:
+        if options.core == "native":
+            raise Unavailable(
+                "--grpc-core=native needs the pygrpc-native package, which publishes wheels for Linux "
+                "x86_64 and macOS arm64 only; --grpc-core=aio serves everywhere"
+            )
+        return "aio", "grpc.aio, since the pygrpc-native package is not installed on this platform"
     if not needs:
-        return "native", "pygrpc-native: HTTP/2 and per-call work outside the GIL"
+        return "native", NATIVE_WHY
     if options.core == "native":
-        raise Unavailable(f"--grpc-core=native cannot serve this endpoint: it needs {', '.join(needs)}")
-    return "aio", f"grpc.aio, since the native core lacks {', '.join(needs)}"
+        raise Unavailable(f"--grpc-core=native cannot serve this endpoint: it lacks {_and(needs)}")
+    return "aio", f"grpc.aio, since the native core lacks {_and(needs)}"
+
+
+def effective_request_compression(options: GrpcOptions, core: str) -> frozenset[str]:
+    """The compressions requests may use: as asked, else what the core decompresses (Triton: both)."""
+    if options.request_compression is not None:
+        return options.request_compression
+    return frozenset({"gzip"}) if core == "native" else frozenset({"gzip", "deflate"})
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _credentials(options: GrpcOptions) -> grpc.ServerCredentials:
@@ -129,9 +149,9 @@ async def start_grpc_server(
     if core == "native":
         from nereid.frontends.grpc.native import native_server
 
-        server = native_server(servicer, options=server_options(options), interceptors=interceptors)
+        server = native_server(servicer, options=server_options(options, core), interceptors=interceptors)
     else:
-        server = grpc.aio.server(options=server_options(options), interceptors=interceptors)
+        server = grpc.aio.server(options=server_options(options, core), interceptors=interceptors)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     server.add_generic_rpc_handlers((health_handler(engine),))
     address = f"{settings.grpc_address}:{settings.grpc_port}"

@@ -25,7 +25,9 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
         raise InvalidArgument(f"failed to decompress the request body ({encoding}): {exc}") from None
     if len(out) > limit:
         raise InvalidArgument(
-            f"the decompressed request body is larger than the {limit} bytes --http-max-input-size allows"
+            # Triton's words, which its tests look for, and the flag that sets the limit
+            f"the decompressed request body exceeds the maximum allowed value of {limit} bytes "
+            "(--http-max-input-size)"
         )
     if not decompressor.eof:
         raise InvalidArgument(f"failed to decompress the request body ({encoding}): the stream is truncated")

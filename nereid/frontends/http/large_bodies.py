@@ -10,11 +10,12 @@ body at a time bounds the helper's peak to one document's objects.
 from __future__ import annotations
 
 import asyncio
+import copy
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from nereid.errors import InternalError
+from nereid.errors import InternalError, NereidError
 from nereid.frontends.http.codec import decode_infer_request
 from nereid.types import InferRequest
 
@@ -40,6 +41,12 @@ class LargeBodyDecoder:
         except BrokenProcessPool:
             self.close()  # the next large body starts a new helper
             raise InternalError("the process decoding large request bodies stopped unexpectedly") from None
+        except NereidError as exc:
+            # The executor's future and the loop's hold each other, and this error, until the cyclic
+            # collector runs (rarely: heap.py), and its traceback would hold the frames that hold the body:
+            # a megabyte or more per refused request. The request is answered with a copy, the frames let go.
+            exc.__traceback__ = None
+            raise copy.copy(exc) from None
 
     def close(self) -> None:
         if self._pool is not None:

@@ -119,7 +119,9 @@ def test_a_worker_that_sleeps_between_executions_sleeps_once_each(tmp_path: Path
             connection.close()
     finally:
         stop(running.process)
-    assert count <= slept < 1.5 * count, f"{slept} sleeps for {count} executions"
+    # About one sleep each, not two. A few fewer is no fault: a worker preempted between sending its
+    # result and its next read finds the next EXECUTE already there and need not sleep for it.
+    assert 0.9 * count <= slept < 1.5 * count, f"{slept} sleeps for {count} executions"
 
 
 @pytest.mark.parametrize(

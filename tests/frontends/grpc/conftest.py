@@ -50,10 +50,10 @@ class InProcessServer:
     core: str
 
 
-# core -> its options: the native core serves only when deflate requests are refused; grpc.aio takes both
-# compressions, as tritonserver does.
+# core -> its options: the native core refuses deflate requests; grpc.aio takes both compressions, as
+# tritonserver does.
 CORES = {
-    "native": GrpcOptions(core="native", request_compression=frozenset({"gzip"})),
+    "native": GrpcOptions(core="native"),
     "aio": GrpcOptions(core="aio"),
 }
 

@@ -11,7 +11,7 @@ import pytest
 
 from nereid.errors import Status, Unavailable
 from nereid.frontends.grpc import start_grpc_server
-from nereid.frontends.grpc.server import MAX_MESSAGE_BYTES, choose_core, server_options
+from nereid.frontends.grpc.server import MAX_MESSAGE_BYTES, NATIVE_WHY, choose_core, server_options
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.settings import GrpcOptions, ServerSettings
 from tests.conftest import EXAMPLES
@@ -71,34 +71,32 @@ def test_every_status_has_a_grpc_code() -> None:
     assert GRPC_STATUS[Status.INVALID_ARG] == grpc.StatusCode.INVALID_ARGUMENT
 
 
-GZIP_ONLY = frozenset({"gzip"})
-
-
-def test_the_native_core_serves_unless_an_option_needs_grpc_aio() -> None:
-    native = GrpcOptions(request_compression=GZIP_ONLY)
-    assert choose_core(native) == ("native", "pygrpc-native: HTTP/2 and per-call work outside the GIL")
-    assert choose_core(GrpcOptions(core="aio", request_compression=GZIP_ONLY))[0] == "aio"
-    core, why = choose_core(
-        GrpcOptions(use_ssl=True, infer_response_compression_level="low", request_compression=GZIP_ONLY)
+def test_the_native_core_serves_by_default_unless_an_option_needs_grpc_aio() -> None:
+    assert choose_core(GrpcOptions()) == ("native", NATIVE_WHY)
+    assert choose_core(GrpcOptions(request_compression=frozenset({"gzip"})))[0] == "native"
+    assert choose_core(GrpcOptions(core="aio")) == ("aio", "grpc.aio, as --grpc-core=aio asks")
+    core, why = choose_core(GrpcOptions(use_ssl=True, infer_response_compression_level="low"))
+    assert core == "aio" and why == "grpc.aio, since the native core lacks TLS and response compression"
+    core, why = choose_core(GrpcOptions(max_connection_age_ms=10, request_compression=frozenset({"deflate"})))
+    assert why == (
+        "grpc.aio, since the native core lacks connection ageing (--grpc-max-connection-age) and "
+        "deflate-compressed requests (--grpc-request-compression names deflate)"
     )
-    assert core == "aio" and why == "grpc.aio, since the native core lacks TLS, response compression"
-    assert choose_core(GrpcOptions(max_connection_age_ms=10, request_compression=GZIP_ONLY))[0] == "aio"
-    with pytest.raises(Unavailable, match="--grpc-core=native cannot serve this endpoint: it needs TLS"):
-        choose_core(GrpcOptions(core="native", use_ssl=True, request_compression=GZIP_ONLY))
+    with pytest.raises(Unavailable, match="--grpc-core=native cannot serve this endpoint: it lacks TLS"):
+        choose_core(GrpcOptions(core="native", use_ssl=True))
 
 
-def test_deflate_requests_are_served_by_default_so_grpc_aio_serves() -> None:
-    # pygrpc-native refuses deflate before any handler sees it; tritonserver takes it, so by default
-    # (and whenever deflate is asked for) grpc.aio serves, and the log says how to pick the native core.
-    for options in (GrpcOptions(), GrpcOptions(request_compression=frozenset({"deflate"}))):
-        core, why = choose_core(options)
-        assert core == "aio"
-        assert why == (
-            "grpc.aio, since the native core lacks deflate requests "
-            "(--grpc-request-compression=gzip refuses them)"
-        )
-    with pytest.raises(Unavailable, match="it needs deflate requests"):
-        choose_core(GrpcOptions(core="native"))
+def test_the_log_line_of_the_native_core_says_deflate_is_refused_and_how_to_serve_it() -> None:
+    assert "refuses deflate-compressed requests with UNIMPLEMENTED" in NATIVE_WHY
+    assert "--grpc-core=aio serves them" in NATIVE_WHY
+
+
+def test_request_compressions_follow_the_core_unless_named() -> None:
+    native_bits = dict(server_options(GrpcOptions(), "native"))
+    assert native_bits["grpc.compression_enabled_algorithms_bitset"] == 0b101  # identity and gzip
+    assert "grpc.compression_enabled_algorithms_bitset" not in dict(server_options(GrpcOptions(), "aio"))
+    named = GrpcOptions(request_compression=frozenset({"deflate"}))
+    assert dict(server_options(named, "aio"))["grpc.compression_enabled_algorithms_bitset"] == 0b011
 
 
 def test_without_the_native_package_grpc_aio_serves(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,8 +106,12 @@ def test_without_the_native_package_grpc_aio_serves(monkeypatch: pytest.MonkeyPa
         "find_spec",
         lambda name, *a: None if name == "pygrpc_native" else real_find_spec(name, *a),
     )
-    core, why = choose_core(GrpcOptions(request_compression=GZIP_ONLY))
-    assert core == "aio" and "pip install 'nereid[grpc]'" in why
+    assert choose_core(GrpcOptions()) == (
+        "aio",
+        "grpc.aio, since the pygrpc-native package is not installed on this platform",
+    )
+    with pytest.raises(Unavailable, match="publishes wheels for Linux x86_64 and macOS arm64 only"):
+        choose_core(GrpcOptions(core="native"))
 
 
 @pytest.mark.parametrize(("cpus", "threads"), [({0}, 1), ({0, 1}, 1), ({0, 1, 2}, 2), (set(range(16)), 2)])

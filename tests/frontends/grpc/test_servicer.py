@@ -210,8 +210,7 @@ def test_compressed_requests_are_accepted(grpc_server: InProcessServer) -> None:
     if grpc_server.core == "aio":
         assert grpc_server.stub.ModelInfer(_simple_request(), compression=grpc.Compression.Deflate) == plain
         return
-    # The native core serves only with --grpc-request-compression=gzip: deflate is refused with a clear
-    # status (README).
+    # The native core refuses deflate with a clear status (README).
     with pytest.raises(grpc.RpcError) as caught:
         grpc_server.stub.ModelInfer(_simple_request(), compression=grpc.Compression.Deflate)
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED and "deflate" in caught.value.details()
