@@ -25,6 +25,8 @@ from nereid.exit_countdown import ExitCountdown
 from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.grpc.inflight import InferCalls, report_while_draining
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
+from nereid.frontends.http.listener import default_max_connections
+from nereid.frontends.http.protocol import ConnectionLimits
 from nereid.gpu_metrics import GpuSampler
 from nereid.log_settings import ServerLog
 from nereid.metrics import MetricsExporter, handle_metrics
@@ -156,6 +158,16 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main)
 
 
+def http_limits(settings: ServerSettings) -> ConnectionLimits:
+    """The inference endpoint's bounds on its connections, from the --http-* flags."""
+    return ConnectionLimits(
+        header_timeout_s=settings.http_header_timeout_s,
+        body_timeout_s=settings.http_body_timeout_s,
+        body_min_rate=settings.http_body_min_rate,
+        max_connections=settings.http_max_connections or default_max_connections(),
+    )
+
+
 async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) -> int:
     """HTTP, gRPC and metrics on one event loop until SIGINT or SIGTERM, then requests in flight get
     --exit-timeout-secs to finish."""
@@ -172,7 +184,11 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
         if settings.allow_http:
             frontend = HttpFrontend(engine, settings)
             http = HttpServer(
-                frontend.dispatch, error_response, settings.http_max_input_size, tracing=engine.tracer
+                frontend.dispatch,
+                error_response,
+                settings.http_max_input_size,
+                tracing=engine.tracer,
+                limits=http_limits(settings),
             )
             try:
                 await http.start(settings.http_address, settings.http_port, settings.reuse_http_port)
