@@ -23,6 +23,7 @@ from nereid.frontends.grpc.inflight import InferCalls
 from nereid.frontends.grpc.layouts import LayoutCache, ResponseLayouts
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
+from nereid.frontends.grpc.undecodable import UNDECODABLE, unparsable
 from nereid.frontends.header_forward import HeaderForwarding
 from nereid.tracing.trace import (
     GRPC_SEND_END,
@@ -342,6 +343,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         infer_request: InferRequest | None = None
         queued: QueuedInfer | None = None
         try:
+            if request is UNDECODABLE:
+                raise unparsable()
             infer_request = self.decode(request, metadata)
             queued = self.queue(infer_request)
             if queued is None:
