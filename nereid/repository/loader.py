@@ -268,6 +268,14 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
         optimization.output_pinned_memory.enable = True
 
 
+def instance_count(config: mc.ModelConfig) -> int:
+    """The instances a completed config asks for: each group's count, on each of its GPUs for a GPU group."""
+    return sum(
+        group.count * (max(1, len(group.gpus)) if group.kind == mc.ModelInstanceGroup.KIND_GPU else 1)
+        for group in config.instance_group
+    )
+
+
 def _create_instances(
     backend: Backend, specs: list[InstanceSpec]
 ) -> list[ModelInstance | AsyncModelInstance]:
@@ -339,6 +347,12 @@ def _load_version(
     backend.check(config, model_file)
     samples = warmup_samples(config, source.path)  # a bad warmup setting fails before any instance starts
     backend_config = settings.backend_config.get(backend.name, {})
+    # reserved before the specs are even built: a million of them take a minute
+    release = (
+        budget.reserve(instance_count(config), f"model '{source.name}' version {version}")
+        if budget is not None
+        else None
+    )
     specs: list[InstanceSpec] = []
     claims: list[Claim] = []  # what each instance needs from the rate limiter
     for group in config.instance_group:
@@ -365,9 +379,6 @@ def _load_version(
                 )
                 specs.append(spec)
                 claims.append(Claim.for_group(f"{source.name}:{spec.instance_name}", group, device_id))
-    release = (
-        budget.reserve(len(specs), f"model '{source.name}' version {version}") if budget is not None else None
-    )
     statistics = model_statistics(settings, config)
     try:
         instances = _create_instances(backend, specs)
