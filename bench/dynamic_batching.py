@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -240,6 +241,7 @@ def main() -> int:
         action="store_true",
         help="also run each Nereid mode tracing every request (rate 1, TIMESTAMPS, a trace file)",
     )
+    parser.add_argument("--json", type=Path, help="also write every round's figures to this file")
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     protocols = tuple(args.protocol or ("http", "grpc"))
@@ -281,7 +283,30 @@ def main() -> int:
             )
             print(f"round {round_ + 1}: {line}", flush=True)
     report(runs, protocols, concurrencies, args.shared_memory)
+    if args.json:
+        write_json(args.json, runs, args)
     return 0
+
+
+def write_json(path: Path, runs: list[Run], args: argparse.Namespace) -> None:
+    """Every round's figures, per server, protocol and concurrency, for bench/plot_performance.py."""
+    cells = [
+        {
+            "server": run.name,
+            "protocol": protocol,
+            "concurrency": concurrency,
+            "infer_per_sec": rates,
+            "cpu_us": run.cpu_us.get((protocol, concurrency), []),
+            "client_cpu_us": run.client_us.get((protocol, concurrency), []),
+        }
+        for run in runs
+        for (protocol, concurrency), rates in run.rates.items()
+    ]
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    batches = {r.name: r.batch_sizes for r in runs if r.batch_sizes}
+    host = {"cpus": os.cpu_count(), "load_average_at_end": os.getloadavg(), "python": sys.version.split()[0]}
+    document = {"benchmark": "dynamic_batching", "model": MODEL, "settings": settings, "host": host}
+    path.write_text(json.dumps({**document, "cells": cells, "average_batch": batches}, indent=1) + "\n")
 
 
 def round_order(runs: list[Run], round_: int) -> list[list[Run]]:

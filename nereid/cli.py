@@ -163,6 +163,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-console", type=_bool, default=True, metavar="BOOL", help="the web console at /console"
     )
+    p.add_argument(
+        "--allow-openai",
+        type=_bool,
+        default=True,
+        metavar="BOOL",
+        help="the OpenAI API (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models)",
+    )
+    p.add_argument(
+        "--openai-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve the OpenAI API on a port of its own (on --http-address) instead of the HTTP port",
+    )
     p.add_argument("--repository-poll-secs", type=int, default=15, metavar="SECONDS")
     p.add_argument(
         "--grpc-restricted-protocol",
@@ -338,11 +352,13 @@ def _restricted_api(item: str, flag: str) -> RestrictedApi:
     groups_text, colon, pair = item.partition(":")
     header, equals, value = pair.partition("=")
     groups = frozenset(g.strip() for g in groups_text.split(","))
-    unknown = sorted(groups - set(API_GROUPS))
+    # the OpenAI routes are HTTP's alone
+    known = set(API_GROUPS) if flag == "--http-restricted-api" else set(API_GROUPS) - {"openai"}
+    unknown = sorted(groups - known)
     if not colon or not equals or not header or unknown:
         raise SystemExit(
             f"nereid: {flag} expects <api>[,<api>...]:<header>=<value> with apis among "
-            f"{', '.join(API_GROUPS)}; got '{item}'"
+            f"{', '.join(group for group in API_GROUPS if group in known)}; got '{item}'"
         )
     return RestrictedApi(groups, header.strip().lower(), value)
 
@@ -422,6 +438,8 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         repository_poll_secs=args.repository_poll_secs,
         allow_client_shm=args.allow_client_shm,
         allow_console=args.allow_console,
+        allow_openai=args.allow_openai,
+        openai_port=args.openai_port,
         http_header_forward_pattern=_forward_pattern(args.http_header_forward_pattern, "--http"),
         grpc_header_forward_pattern=_forward_pattern(args.grpc_header_forward_pattern, "--grpc"),
         http_restricted_api=tuple(

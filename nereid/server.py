@@ -27,6 +27,7 @@ from nereid.frontends.grpc.inflight import InferCalls, report_while_draining
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
 from nereid.frontends.http.listener import default_max_connections
 from nereid.frontends.http.protocol import ConnectionLimits
+from nereid.frontends.openai import OpenAIFrontend, openai_error_response
 from nereid.gpu_metrics import GpuSampler
 from nereid.log_settings import ServerLog
 from nereid.metrics import MetricsExporter, handle_metrics
@@ -176,13 +177,32 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
     metrics: HttpServer | None = None
     sampler: asyncio.Task[None] | None = None
     frontend: HttpFrontend | None = None
+    openai: HttpServer | None = None  # the OpenAI API on a port of its own
     calls = InferCalls()
     try:
         if settings.allow_grpc:
             grpc_server, port = await start_grpc_server(engine, settings, calls)
             log.info("Started GRPCInferenceService at %s:%d", settings.grpc_address, port)
+        if settings.allow_openai and settings.openai_port is not None:
+            # before the HTTP port, whose readiness clients wait on; the same limits as the HTTP port's (the
+            # same server), with OpenAI's error shape
+            openai = HttpServer(
+                OpenAIFrontend(engine, settings).handle,
+                openai_error_response,
+                settings.http_max_input_size,
+                tracing=engine.tracer,
+                limits=http_limits(settings),
+            )
+            try:
+                await openai.start(settings.http_address, settings.openai_port)
+            except OSError as exc:
+                openai = None
+                raise _cannot_serve("OpenAI", settings.http_address, settings.openai_port, exc) from None
+            log.info("Started OpenAI API at %s:%d", settings.http_address, openai.port)
         if settings.allow_http:
             frontend = HttpFrontend(engine, settings)
+            if settings.allow_openai and settings.openai_port is None:  # the OpenAI API on the HTTP port
+                frontend.routes.mount(OpenAIFrontend(engine, settings).routes())
             http = HttpServer(
                 frontend.dispatch,
                 error_response,
@@ -214,7 +234,7 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
             log.info("Started Metrics Service at %s:%d", settings.metrics_address, metrics.port)
     except NereidError as exc:
         log.error("exiting: %s", exc.message)
-        await _stop(http, grpc_server, metrics, ExitCountdown(0), calls)
+        await _stop(http, grpc_server, metrics, ExitCountdown(0), calls, openai)
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -231,7 +251,7 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
     log_inflight(engine)
     if sampler is not None:
         sampler.cancel()
-    await _stop(http, grpc_server, metrics, countdown, calls)
+    await _stop(http, grpc_server, metrics, countdown, calls, openai)
     if frontend is not None:
         frontend.close()
     log.info("Waiting for in-flight requests to complete.")  # Triton's words, which tools look for
@@ -282,11 +302,21 @@ async def _stop(
     metrics: HttpServer | None,
     countdown: ExitCountdown,
     calls: InferCalls,
+    openai: HttpServer | None = None,
 ) -> None:
     """The endpoints one after the other, as Triton stops them: HTTP (its open connections serve until their
-    clients leave), then gRPC (its calls finish), each within what is left of the countdown."""
-    if http is not None:
-        await http.stop(max(countdown.deadline - time.monotonic(), 0.0), countdown)
+    clients leave; the OpenAI port's at the same time), then gRPC (its calls finish), each within what is
+    left of the countdown."""
+    http_servers = [server for server in (http, openai) if server is not None]
+    if http_servers:
+        left = max(countdown.deadline - time.monotonic(), 0.0)
+        # the countdown is said once, by the first
+        await asyncio.gather(
+            *(
+                server.stop(left, countdown if index == 0 else None)
+                for index, server in enumerate(http_servers)
+            )
+        )
     grace = max(countdown.deadline - time.monotonic(), 0.0)
     reporter = (
         asyncio.create_task(report_while_draining(calls, countdown)) if grpc_server is not None else None

@@ -23,6 +23,7 @@ API_GROUPS = (
     "statistics",
     "trace",
     "logging",
+    "openai",  # the OpenAI routes under /v1 (HTTP only)
 )
 
 
@@ -183,6 +184,8 @@ class ServerSettings:
     http_header_forward_pattern: str = ""
     grpc_header_forward_pattern: str = ""
     allow_console: bool = True  # the web console at /console on the HTTP port
+    allow_openai: bool = True  # the OpenAI API under /v1
+    openai_port: int | None = None  # a port of its own for /v1 (on http_address); None: the HTTP port
     # gRPC
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"

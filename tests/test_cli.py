@@ -100,6 +100,7 @@ def test_cache_flags_refused_with_tritons_texts(monkeypatch: pytest.MonkeyPatch)
         ["--model-repository=/a", "--model-control-mode=explicit", "--load-model=*", "--load-model=a"],
         ["--model-repository=/a", "--http-restricted-api=nonsense:key=value"],
         ["--model-repository=/a", "--http-restricted-api=model-repository"],
+        ["--model-repository=/a", "--grpc-restricted-protocol=openai:key=value"],
         ["--model-repository=/a", "--backend-config=novalue"],
         ["--model-repository=/a", "--allow-http=maybe"],
         ["--model-repository=/a", "--grpc-use-ssl=true", "--grpc-server-cert=c.pem"],
@@ -143,6 +144,14 @@ def test_model_control_flags() -> None:
     )
     _, warnings = parse_settings(["--model-repository=/a", "--load-model=x"])
     assert warnings == ["--load-model has no effect unless --model-control-mode=explicit"]
+
+
+def test_openai_flags() -> None:
+    settings, _ = parse_settings(["--model-repository=/a", "--http-restricted-api=openai,health:k=v"])
+    assert settings.allow_openai and settings.openai_port is None
+    assert settings.http_restricted_api[0].groups == {"openai", "health"}
+    settings, _ = parse_settings(["--model-repository=/a", "--openai-port=9000", "--allow-openai=false"])
+    assert settings.openai_port == 9000 and not settings.allow_openai
 
 
 def test_model_namespacing_flag() -> None:

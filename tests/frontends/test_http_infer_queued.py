@@ -19,8 +19,8 @@ import tritonclient.utils.shared_memory as shm
 
 from nereid.engine import Engine
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
-from nereid.frontends.http.app import MAX_INFER_ROUTES
 from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, HttpResponse, _Connection
+from nereid.frontends.http.routes import MAX_KEPT_PATHS
 from nereid.queued_infer import QueuedSchedulerInfer, QueuedSharedMemoryInfer
 from nereid.server import build_engine
 from nereid.settings import ServerSettings
@@ -339,7 +339,7 @@ def test_a_model_run_on_the_event_loop_is_answered_before_dispatch_returns(
     assert inference["success"]["count"] == 3
 
 
-def test_infer_paths_are_matched_once_and_kept_and_an_odd_one_takes_the_awaited_path(
+def test_infer_paths_are_matched_once_and_kept_and_an_unrouted_one_is_not_found(
     engine: tuple[Engine, ServerSettings, Path],
 ) -> None:
     core, settings, gate_release = engine
@@ -352,21 +352,22 @@ def test_infer_paths_are_matched_once_and_kept_and_an_odd_one_takes_the_awaited_
             request.path = path
             now = await _answered_by_callback(frontend, request)
             assert now.status == 200 and now.body.endswith(b'"data":[2.0]}]}')
-        assert frontend._infer_routes == {
-            "/v2/models/gate/infer": ("gate", ""),
-            "/v2/models/gate/versions/1/infer": ("gate", "1"),
+        kept = frontend.routes._kept
+        assert {path: match.params for path, match in kept.items()} == {
+            "/v2/models/gate/infer": {"model": "gate"},
+            "/v2/models/gate/versions/1/infer": {"model": "gate", "version": "1"},
         }
         odd = _http_request(_infer(2.0))
-        odd.path = "/v2/models/gate/x/infer"  # no model route: answered as `handle` answers it
+        odd.path = "/v2/models/gate/x/infer"  # no route: answered at once
         now = frontend.dispatch(odd)
-        assert not isinstance(now, DeferredResponse)
-        assert (await now).status == (await frontend.handle(odd)).status == 404  # type: ignore[misc]
-        assert odd.path not in frontend._infer_routes
-        for index in range(MAX_INFER_ROUTES + 5):  # unknown models: refused, their paths kept, bounded
+        assert isinstance(now, HttpResponse) and now.status == 404
+        assert (await frontend.handle(odd)).status == 404
+        assert kept[odd.path].routes == {}
+        for index in range(MAX_KEPT_PATHS + 5):  # unknown models: refused, their paths kept, bounded
             missing = _http_request(_infer(2.0))
             missing.path = f"/v2/models/missing{index}/infer"
             assert frontend.dispatch(missing).status == 404  # type: ignore[union-attr]
-        assert 0 < len(frontend._infer_routes) <= MAX_INFER_ROUTES
+        assert 0 < len(kept) <= MAX_KEPT_PATHS
 
     asyncio.run(scenario())
 

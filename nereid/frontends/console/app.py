@@ -14,6 +14,7 @@ import orjson
 from nereid.engine_client import EngineClient
 from nereid.frontends.console.source import ConsoleSource
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
+from nereid.frontends.http.routes import Route, RouteTable
 from nereid.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def _static_files() -> dict[str, tuple[bytes, bytes]]:
 
 
 class Console:
-    """Answers GET requests under /console."""
+    """The console's routes under /console: its page, static files and live data."""
 
     def __init__(self, engine: EngineClient, settings: ServerSettings) -> None:
         self._source = ConsoleSource(engine)
@@ -72,20 +73,32 @@ class Console:
             }
         )
 
-    def handle(self, request: HttpRequest) -> HttpResponse:
-        path = request.path[len(PREFIX) :]
-        if request.method != "GET":
-            return _answer(405, b"text/plain", b"Method Not Allowed")
-        if path in ("", "/"):
-            return _answer(200, *self._files["index.html"])
-        if path == "/api/live":
-            return _answer(200, b"application/json", orjson.dumps(self._source.snapshot()))
-        if path == "/api/info":
-            return _answer(200, b"application/json", self._info)
-        found = self._files.get(path.removeprefix("/static/")) if path.startswith("/static/") else None
+    def routes(self) -> RouteTable:
+        """The console's table, mounted on the HTTP frontend's: its live data counts as statistics for
+        --http-restricted-api; the page and its files hold no data."""
+        return RouteTable(
+            [
+                Route(PREFIX + "[/]", ("GET",), None, self._page),
+                Route(PREFIX + "/static/{file:path}", ("GET",), None, self._static),
+                Route(PREFIX + "/api/live", ("GET",), "statistics", self._live),
+                Route(PREFIX + "/api/info", ("GET",), "statistics", self._about),
+            ]
+        )
+
+    def _page(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        return _answer(200, *self._files["index.html"])
+
+    def _static(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        found = self._files.get(params["file"])
         if found is None:
             return _answer(404, b"text/plain", b"Not Found")
         return _answer(200, *found)
+
+    def _live(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        return _answer(200, b"application/json", orjson.dumps(self._source.snapshot()))
+
+    def _about(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        return _answer(200, b"application/json", self._info)
 
 
 def _answer(status: int, content_type: bytes, body: bytes) -> HttpResponse:

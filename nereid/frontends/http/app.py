@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -51,6 +51,7 @@ from nereid.frontends.http.repository import (
     decode_system_register,
     decode_unload_request,
 )
+from nereid.frontends.http.routes import Reply, Route, RouteTable
 from nereid.settings import ServerSettings
 from nereid.tracing.trace import HTTP_RECV_END, HTTP_RECV_START, RequestTrace
 from nereid.tracing.updates import http_update
@@ -69,25 +70,6 @@ HTTP_STATUS = {
 _JSON = (b"content-type", b"application/json")
 _OCTET = (b"content-type", b"application/octet-stream")
 _TEXT = (b"content-type", b"text/plain")
-_MODEL_ROUTE = re.compile(
-    r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|ready|config|stats|generate|generate_stream))?"
-)
-# Infer paths whose model name and version `dispatch` keeps at most; past that the table starts again.
-MAX_INFER_ROUTES = 256
-_REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(?:(index)|models/([^/]+)/(load|unload))")
-_SHARED_MEMORY_ROUTE = re.compile(
-    r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
-)
-_TRACE_ROUTE = re.compile(r"/v2(?:/models/([^/]+))?/trace/setting")
-_GROUP_BY_ACTION = {
-    None: "metadata",
-    "infer": "inference",
-    "ready": "health",
-    "config": "model-config",
-    "stats": "statistics",
-    "generate": "inference",
-    "generate_stream": "inference",
-}
 
 
 def _json(status: int, value: Any) -> HttpResponse:
@@ -103,24 +85,62 @@ def error_response(status: int, message: str) -> HttpResponse:
 
 
 class HttpFrontend:
-    """Triton's HTTP/REST API: routes a request to the engine and turns the result into a response."""
+    """Triton's HTTP/REST API: finds a request's route in the table and turns the engine's answer into a
+    response. `routes` holds the v2 API, then the console's table where it is on; a later API mounts its
+    own table there."""
 
     def __init__(self, engine: EngineClient, settings: ServerSettings) -> None:
         self._engine = engine
         self._max_input = settings.http_max_input_size
         self._restricted = {group: rule for rule in settings.http_restricted_api for group in rule.groups}
-        self._console = console.Console(engine, settings) if settings.allow_console else None
         self._large_bodies = LargeBodyDecoder()
         self._forwarding = header_forwarding(settings.http_header_forward_pattern)
         self._tracer = engine.tracer
-        self._infer_routes: dict[str, tuple[str, str]] = {}  # infer path: model name and version
+        self.routes = RouteTable(self._v2_routes())
+        if settings.allow_console:
+            self.routes.mount(console.Console(engine, settings).routes())
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose: one line per request, at no cost otherwise
-            self.handle = self._handle_and_log  # type: ignore[method-assign]
-            self.dispatch = self._handle_and_log  # type: ignore[method-assign]
+            self.dispatch = self._dispatch_and_log  # type: ignore[method-assign]
 
-    async def _handle_and_log(self, request: HttpRequest) -> HttpResponse:
+    def _v2_routes(self) -> list[Route]:
+        model = "/v2/models/{model}[/versions/{version:int}]"
+        routes = [
+            Route("/v2/models/stats", ("GET",), "statistics", self._statistics),  # before the model routes
+            Route(model, ("GET",), "metadata", self._model_metadata),
+            Route(model + "/infer", ("POST",), "inference", self._infer),
+            Route(model + "/generate", ("POST",), "inference", self._generate),
+            Route(model + "/generate_stream", ("POST",), "inference", self._generate),
+            Route(model + "/ready", ("GET",), "health", self._model_ready),
+            Route(model + "/config", ("GET",), "model-config", self._model_config),
+            Route(model + "/stats", ("GET",), "statistics", self._statistics),
+            Route("/v2/health/live", ("GET",), "health", self._live),
+            Route("/v2/health/ready", ("GET",), "health", self._ready),
+            Route("/v2", ("GET",), "metadata", self._server_metadata),
+            Route("/v2/repository[/{repository}]/index", ("POST",), "model-repository", self._index),
+            Route(
+                "/v2/repository[/{repository}]/models/{model}/load", ("POST",), "model-repository", self._load
+            ),
+            Route(
+                "/v2/repository[/{repository}]/models/{model}/unload",
+                ("POST",),
+                "model-repository",
+                self._unload,
+            ),
+            Route("/v2/logging", ("GET", "POST"), "logging", self._logging),
+            Route("/v2[/models/{model}]/trace/setting", ("GET", "POST"), "trace", self._trace_setting),
+        ]
+        for kind in ("system", "cuda"):
+            prefix = f"/v2/{kind}sharedmemory"
+            routes += [
+                Route(prefix + "[/region/{region}]/status", ("GET",), "shared-memory", self._region_status),
+                Route(prefix + "[/region/{region}]/unregister", ("POST",), "shared-memory", self._unregister),
+                Route(prefix + "/region/{region}/register", ("POST",), "shared-memory", self._register),
+            ]
+        return routes
+
+    async def _dispatch_and_log(self, request: HttpRequest) -> HttpResponse:
         started = time.perf_counter()
-        response = await HttpFrontend.handle(self, request)
+        response = await _answer_of(HttpFrontend.dispatch(self, request))
         log.debug(
             "HTTP %s %s -> %d (%d bytes in, %d out, %.1f ms)",
             request.method,
@@ -135,145 +155,90 @@ class HttpFrontend:
     def close(self) -> None:
         self._large_bodies.close()
 
-    def dispatch(self, request: HttpRequest) -> Awaitable[HttpResponse] | HttpResponse | DeferredResponse:
-        """What the HTTP server calls: `handle`, except that an infer request to a model is answered
-        by callback (a DeferredResponse) where nothing on its way needs a coroutine."""
-        if request.method == "POST" and not self._restricted:
-            path = request.path
-            if path.endswith("/infer") and path.startswith("/v2/models/"):
-                # a client sends its infer requests to one path again and again: matched once
-                route = self._infer_routes.get(path)
-                if route is None:
-                    match = _MODEL_ROUTE.fullmatch(path)
-                    if match is None or match.group(3) != "infer":
-                        return self.handle(request)
-                    if len(self._infer_routes) >= MAX_INFER_ROUTES:
-                        self._infer_routes.clear()
-                    route = self._infer_routes[path] = (match.group(1), match.group(2) or "")
-                return self._infer_now(route[0], route[1], request)
-        return self.handle(request)
-
-    async def handle(self, request: HttpRequest) -> HttpResponse:
+    def dispatch(self, request: HttpRequest) -> Reply:
+        """What the HTTP server calls: the answer of the request's route, now, later (a DeferredResponse,
+        as an infer request is answered) or awaited; 404, 405 or 403 as the route table says."""
+        found = self.routes.match(request.path)
         try:
-            if self._restricted:
-                self._check_restricted(request)
-            response, compressible = await self._route(request)
+            if self._restricted and found.group in self._restricted:
+                self._check_restricted(found.group, request)
+            route = found.routes.get(request.method)
+            if route is None:
+                if found.routes:
+                    return _text(405, error_body("Method Not Allowed"))
+                return _text(404, error_body("Not Found"))
+            reply = route.handler(request, found.params)
         except Exception as exc:
             return _error_reply(exc, request)
-        # Triton compresses infer responses only; clients read other bodies as plain JSON.
-        if compressible:
-            accept = request.headers.get("accept-encoding")
-            if accept:
-                encoding = choose_encoding(accept)
-                if encoding != "identity":
-                    response.body = compress(response.body, encoding)
-                    response.headers.append((b"content-encoding", encoding.encode()))
-        return response
+        if type(reply) is HttpResponse or isinstance(reply, DeferredResponse):
+            return reply
+        return _awaited(reply, request)  # type: ignore[arg-type]
 
-    async def _route(self, request: HttpRequest) -> tuple[HttpResponse, bool]:
-        """The response, and whether it may be compressed."""
-        engine = self._engine
-        method, path = request.method, request.path
-        if path == "/v2/models/stats":
-            _allow(method, "GET")
-            return _json(200, engine.statistics()), False
-        if path.startswith("/v2/models/"):
-            match = _MODEL_ROUTE.fullmatch(path)
-            if match is not None:
-                name, version, action = match.group(1), match.group(2) or "", match.group(3)
-                if action == "infer":
-                    _allow(method, "POST")
-                    return await self._infer(name, version, request), True
-                if action == "generate" or action == "generate_stream":
-                    _allow(method, "POST")
-                    generate_request = decode_generate_request(engine, name, version, request.body)
-                    if request.recv_start:  # tracing is on
-                        generate_request.trace = self._sample(name, request)
-                    if action == "generate":
-                        return await generate(engine, generate_request), False
-                    return await event_stream(engine, generate_request, flat=True), False
-                if action is None:
-                    _allow(method, "GET")
-                    return _json(200, model_metadata_json(engine.model_metadata(name, version))), False
-                if action == "ready":
-                    _allow(method, "GET")
-                    if await engine.model_ready(name, version):
-                        return _text(200), False
-                    return _text(400, error_body("Model version not ready")), False
-                if action == "config":
-                    _allow(method, "GET")
-                    return _json(200, engine.model_config(name, version)), False
-                if action == "stats":
-                    _allow(method, "GET")
-                    return _json(200, engine.statistics(name, version)), False
-        if path == "/v2/health/live":
-            _allow(method, "GET")
-            return _text(200 if engine.is_live() else 400), False
-        if path == "/v2/health/ready":
-            _allow(method, "GET")
-            return _text(200 if engine.is_ready() else 400), False
-        if path == "/v2":
-            _allow(method, "GET")
-            return _json(200, server_metadata_json(engine.server_metadata())), False
-        if path.startswith("/v2/repository"):
-            match = _REPOSITORY_ROUTE.fullmatch(path)
-            if match is not None:
-                _allow(method, "POST")
-                return await self._repository(
-                    match.group(1), match.group(2), match.group(3), request.body
-                ), False
-        if "sharedmemory" in path:
-            match = _SHARED_MEMORY_ROUTE.fullmatch(path)
-            if match is not None:
-                kind, region, action = match.groups()
-                _allow(method, "GET" if action == "status" else "POST")
-                return self._shared_memory(kind, region, action, request.body), False
-        if path == "/v2/logging":
-            return self._logging(method, request.body), False
-        if path.endswith("/trace/setting"):
-            match = _TRACE_ROUTE.fullmatch(path)
-            if match is not None:
-                return self._trace_setting(match.group(1) or "", method, request.body), False
-        if self._console is not None and (path == console.PREFIX or path.startswith(console.PREFIX + "/")):
-            return self._console.handle(request), False
-        if _MODEL_ROUTE.fullmatch(path):
-            message = f"'{path}' belongs to an extension this server does not implement yet"
-            return error_response(501, message), False
-        return _text(404, error_body("Not Found")), False
+    async def handle(self, request: HttpRequest) -> HttpResponse:
+        """`dispatch`'s answer, awaited: for callers in process."""
+        return await _answer_of(self.dispatch(request))
 
-    async def _repository(
-        self, index: str | None, name: str | None, action: str | None, body: bytes
-    ) -> HttpResponse:
-        if index:
-            return _json(
-                200, repository_index_json(self._engine.repository_index(decode_index_request(body)))
-            )
-        assert name is not None  # the route matched either index or a model action
-        if action == "load":
-            config, files = decode_load_request(body, name)
-            await self._engine.load_model(name, config, files)
-        else:
-            await self._engine.unload_model(name, decode_unload_request(body))
+    def _check_restricted(self, group: str, request: HttpRequest) -> None:
+        rule = self._restricted[group]
+        if request.headers.get(rule.header) != rule.value:
+            raise Forbidden(f"This API is restricted, expecting header '{rule.header}'")
+
+    # health and metadata
+    def _live(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        return _text(200 if self._engine.is_live() else 400)
+
+    def _ready(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        return _text(200 if self._engine.is_ready() else 400)
+
+    def _server_metadata(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        return _json(200, server_metadata_json(self._engine.server_metadata()))
+
+    def _model_metadata(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        metadata = self._engine.model_metadata(params["model"], params.get("version", ""))
+        return _json(200, model_metadata_json(metadata))
+
+    async def _model_ready(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        if await self._engine.model_ready(params["model"], params.get("version", "")):
+            return _text(200)
+        return _text(400, error_body("Model version not ready"))
+
+    def _model_config(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        return _json(200, self._engine.model_config(params["model"], params.get("version", "")))
+
+    def _statistics(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        return _json(200, self._engine.statistics(params.get("model", ""), params.get("version", "")))
+
+    # model repository
+    def _index(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        index = self._engine.repository_index(decode_index_request(request.body))
+        return _json(200, repository_index_json(index))
+
+    async def _load(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        name = params["model"]
+        config, files = decode_load_request(request.body, name)
+        await self._engine.load_model(name, config, files)
         return HttpResponse(200, b"", [_JSON])
 
-    def _logging(self, method: str, body: bytes) -> HttpResponse:
+    async def _unload(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        await self._engine.unload_model(params["model"], decode_unload_request(request.body))
+        return HttpResponse(200, b"", [_JSON])
+
+    def _logging(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         """The logging extension: GET reads the log settings, POST changes the ones it names."""
-        if method == "GET":
+        if request.method == "GET":
             return _json(200, self._engine.log_settings().as_dict())
-        _allow(method, "POST")
         try:
-            document = json_body.loads(body)
+            document = json_body.loads(request.body)
         except orjson.JSONDecodeError as exc:
             raise InternalError(f"failed to parse the request JSON buffer: {exc}") from None
         values = document if isinstance(document, dict) else {}  # Triton reads no setting from a non-object
         return _json(200, self._engine.update_log_settings(values).as_dict())
 
-    def _trace_setting(self, model_name: str, method: str, body: bytes) -> HttpResponse:
-        if method not in ("GET", "POST"):
-            raise _MethodNotAllowed()
+    def _trace_setting(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        model_name = params.get("model", "")
         answer = self._engine.trace_setting(model_name)  # an unknown model is refused before the body is read
-        if method == "POST":
-            answer = self._engine.trace_setting(model_name, http_update(body))
+        if request.method == "POST":
+            answer = self._engine.trace_setting(model_name, http_update(request.body))
         # Written pair by pair: a setting given more than once (opentelemetry `resource`) is listed as
         # many times, as in Triton's answer.
         body = (
@@ -281,34 +246,66 @@ class HttpFrontend:
         )
         return HttpResponse(200, body, [_JSON])
 
-    def _shared_memory(self, kind: str, region: str | None, action: str, body: bytes) -> HttpResponse:
-        engine = self._engine
-        system = kind == "system"
-        if action == "status":
-            if system:
-                return _json(200, system_regions_json(engine.system_shared_memory_status(region)))
-            return _json(200, cuda_regions_json(engine.cuda_shared_memory_status(region)))
-        if action == "unregister":
-            if system:
-                engine.unregister_system_shared_memory(region)
-            else:
-                engine.unregister_cuda_shared_memory(region)
-            return HttpResponse(200, b"", [_JSON])
-        if region is None:  # register needs a region name in the path
-            return _text(404, error_body("Not Found"))
-        if system:
-            engine.register_system_shared_memory(region, *decode_system_register(body))
+    # shared memory: the kind of region is the path's
+    def _region_status(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        region = params.get("region")
+        if _system(request):
+            return _json(200, system_regions_json(self._engine.system_shared_memory_status(region)))
+        return _json(200, cuda_regions_json(self._engine.cuda_shared_memory_status(region)))
+
+    def _unregister(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        region = params.get("region")
+        if _system(request):
+            self._engine.unregister_system_shared_memory(region)
         else:
-            engine.register_cuda_shared_memory(region, *decode_cuda_register(body))
+            self._engine.unregister_cuda_shared_memory(region)
         return HttpResponse(200, b"", [_JSON])
 
-    def _check_restricted(self, request: HttpRequest) -> None:
-        group = _api_group(request.path)
-        rule = self._restricted.get(group) if group else None
-        if rule is not None and request.headers.get(rule.header) != rule.value:
-            raise Forbidden(f"This API is restricted, expecting header '{rule.header}'")
+    def _register(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        region = params["region"]
+        if _system(request):
+            self._engine.register_system_shared_memory(region, *decode_system_register(request.body))
+        else:
+            self._engine.register_cuda_shared_memory(region, *decode_cuda_register(request.body))
+        return HttpResponse(200, b"", [_JSON])
 
-    async def _infer(self, name: str, version: str, request: HttpRequest) -> HttpResponse:
+    # inference
+    def _generate(self, request: HttpRequest, params: dict[str, str]) -> Awaitable[HttpResponse]:
+        name = params["model"]
+        generate_request = decode_generate_request(
+            self._engine, name, params.get("version", ""), request.body
+        )
+        if request.recv_start:  # tracing is on
+            generate_request.trace = self._sample(name, request)
+        if request.path.endswith("/generate"):
+            return generate(self._engine, generate_request)
+        return event_stream(self._engine, generate_request, flat=True)
+
+    def _infer(self, request: HttpRequest, params: dict[str, str]) -> Reply:
+        """An infer request decoded and queued at once, answered by callback (a DeferredResponse); a
+        compressed body or response, a header-less body, a large one (decoded off the loop) and a model
+        that cannot queue it take the awaited path. The connection writes a traced request's send times
+        and closes its trace."""
+        headers = request.headers
+        body = request.body
+        name = params["model"]
+        version = params.get("version", "")
+        if "content-encoding" in headers or "accept-encoding" in headers:
+            return self._infer_awaited(name, version, request)
+        header_value = headers.get("inference-header-content-length")
+        header_length = _parse_header_length(header_value) if header_value is not None else None
+        if header_length == 0 or (
+            len(body) >= OFF_LOOP_FROM and (header_length is None or header_length >= OFF_LOOP_FROM)
+        ):
+            return self._infer_awaited(name, version, request)
+        infer_request = decode_infer_request(body, header_length, name, version)
+        self._prepare(infer_request, request)
+        queued = self._engine.infer_queued(infer_request)
+        if queued is None:
+            return self._run_infer(infer_request, request)
+        return _InferReply(queued, infer_request, request)
+
+    async def _infer_awaited(self, name: str, version: str, request: HttpRequest) -> HttpResponse:
         headers = request.headers
         body = request.body
         encoding = headers.get("content-encoding")
@@ -323,22 +320,32 @@ class HttpFrontend:
             infer_request = await self._large_bodies.decode(body, header_length, name, version)
         else:
             infer_request = decode_infer_request(body, header_length, name, version)
-        if self._forwarding is not None:
-            self._forwarding.add_parameters(headers.items(), infer_request.parameters)
-        trace = None
-        if request.recv_start:  # tracing is on
-            trace = infer_request.trace = self._sample(name, request)
-        return await self._run_infer(infer_request, headers, trace)
+        self._prepare(infer_request, request)
+        response = await self._run_infer(infer_request, request)
+        # Triton compresses infer responses only; clients read other bodies as plain JSON.
+        accept = headers.get("accept-encoding")
+        if accept and response.status == 200 and response.stream is None:
+            encoding = choose_encoding(accept)
+            if encoding != "identity":
+                response.body = compress(response.body, encoding)
+                response.headers.append((b"content-encoding", encoding.encode()))
+        return response
 
-    async def _run_infer(
-        self, infer_request: InferRequest, headers: dict[str, str], trace: RequestTrace | None
-    ) -> HttpResponse:
+    def _prepare(self, infer_request: InferRequest, request: HttpRequest) -> None:
+        """Forwarded headers as parameters, and the request's trace where it is sampled."""
+        if self._forwarding is not None:
+            self._forwarding.add_parameters(request.headers.items(), infer_request.parameters)
+        if request.recv_start:  # tracing is on
+            infer_request.trace = self._sample(infer_request.model_name, request)
+
+    async def _run_infer(self, infer_request: InferRequest, request: HttpRequest) -> HttpResponse:
         try:
             response = await self._engine.infer(infer_request)
         except DecoupledModel:
-            if wants_events(headers.get("accept")):  # beyond Triton: the responses as a stream
+            if wants_events(request.headers.get("accept")):  # beyond Triton: the responses as a stream
                 return await event_stream(self._engine, infer_request, flat=False)
             raise DecoupledModel("HTTP end point") from None
+        trace = infer_request.trace
         if trace is not None:
             trace.complete = time.perf_counter_ns()  # INFER_RESPONSE_COMPLETE, recorded with the send times
         payload, json_length = encode_infer_response(response, infer_request)
@@ -351,43 +358,6 @@ class HttpFrontend:
             name, request.headers, (HTTP_RECV_START, request.recv_start, HTTP_RECV_END, request.recv_end)
         )
         return trace
-
-    def _infer_now(
-        self, name: str, version: str, request: HttpRequest
-    ) -> Awaitable[HttpResponse] | HttpResponse | DeferredResponse:
-        """The common infer request (uncompressed, binary or JSON tensors in a body of modest size) decoded
-        and queued at once; a model that cannot queue it so takes the awaited path. The connection writes
-        a traced request's send times and closes its trace."""
-        headers = request.headers
-        body = request.body
-        if "content-encoding" in headers or "accept-encoding" in headers:
-            return self.handle(request)
-        try:
-            header_value = headers.get("inference-header-content-length")
-            header_length = _parse_header_length(header_value) if header_value is not None else None
-            if header_length == 0 or (
-                len(body) >= OFF_LOOP_FROM and (header_length is None or header_length >= OFF_LOOP_FROM)
-            ):
-                return self.handle(request)
-            infer_request = decode_infer_request(body, header_length, name, version)
-            if self._forwarding is not None:
-                self._forwarding.add_parameters(headers.items(), infer_request.parameters)
-            if request.recv_start:  # tracing is on: `_sample`, inline on the common path
-                infer_request.trace = request.trace = self._tracer.sample(
-                    name, headers, (HTTP_RECV_START, request.recv_start, HTTP_RECV_END, request.recv_end)
-                )
-            queued = self._engine.infer_queued(infer_request)
-        except Exception as exc:
-            return _error_reply(exc, request)
-        if queued is None:
-            return self._run_decoded(infer_request, request)
-        return _InferReply(queued, infer_request, request)
-
-    async def _run_decoded(self, infer_request: InferRequest, request: HttpRequest) -> HttpResponse:
-        try:
-            return await self._run_infer(infer_request, request.headers, infer_request.trace)
-        except Exception as exc:
-            return _error_reply(exc, request)
 
 
 class _InferReply(DeferredResponse):
@@ -448,46 +418,35 @@ def _header_length(json_length: int) -> tuple[bytes, bytes]:
     return header
 
 
+def _system(request: HttpRequest) -> bool:
+    return request.path.startswith("/v2/system")
+
+
+async def _awaited(reply: Awaitable[HttpResponse], request: HttpRequest) -> HttpResponse:
+    """An awaited handler's answer, its failure answered as `dispatch` answers one."""
+    try:
+        return await reply
+    except Exception as exc:
+        return _error_reply(exc, request)
+
+
+async def _answer_of(reply: Reply) -> HttpResponse:
+    if isinstance(reply, HttpResponse):
+        return reply
+    if isinstance(reply, DeferredResponse):
+        answered: asyncio.Future[HttpResponse] = asyncio.get_running_loop().create_future()
+        reply.then(answered.set_result)
+        return await answered
+    return await reply
+
+
 def _error_reply(exc: BaseException, request: HttpRequest) -> HttpResponse:
     """A request's failure as its answer: a known error with its status, anything else as INTERNAL (logged
     once with its traceback)."""
-    if isinstance(exc, _MethodNotAllowed):
-        return _text(405, error_body("Method Not Allowed"))
     if isinstance(exc, NereidError):
         return error_response(HTTP_STATUS.get(exc.status, 400), exc.message)
     log.error("unexpected error serving %s %s", request.method, request.path, exc_info=exc)
     return error_response(500, unexpected(exc).message)
-
-
-def _api_group(path: str) -> str | None:
-    """The API group a path belongs to, in --http-restricted-api's terms."""
-    if path.startswith("/v2/health/"):
-        return "health"
-    if path == "/v2":
-        return "metadata"
-    if path.startswith("/v2/repository"):
-        return "model-repository"
-    if path == "/v2/models/stats":
-        return "statistics"
-    if path.endswith("/trace/setting"):
-        return "trace"
-    if path == "/v2/logging":
-        return "logging"
-    if "sharedmemory" in path:
-        return "shared-memory"
-    if path.startswith("/console/api/"):  # the console's live view reads the statistics
-        return "statistics"
-    match = _MODEL_ROUTE.fullmatch(path)
-    return _GROUP_BY_ACTION.get(match.group(3)) if match is not None else None
-
-
-def _allow(method: str, allowed: str) -> None:
-    if method != allowed:
-        raise _MethodNotAllowed()
-
-
-class _MethodNotAllowed(Exception):
-    """Answered 405, as Triton does for a known route with the wrong method."""
 
 
 def _parse_header_length(value: str) -> int:

@@ -173,7 +173,8 @@ async def _first(events: AsyncGenerator[StreamEvent, None]) -> StreamEvent | Non
         raise
 
 
-def _events(engine: EngineClient, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
+def traced_events(engine: EngineClient, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
+    """The request's stream of events, each response's time recorded where it is traced."""
     events = engine.infer_stream(request)
     return events if request.trace is None else _traced(events, request.trace)
 
@@ -191,7 +192,7 @@ async def _traced(
 
 
 async def generate(engine: EngineClient, request: InferRequest) -> HttpResponse:
-    events = _events(engine, request)
+    events = traced_events(engine, request)
     first = await _first(events)
     try:
         if first is not None and first.error is not None:
@@ -209,7 +210,7 @@ async def generate(engine: EngineClient, request: InferRequest) -> HttpResponse:
 
 async def event_stream(engine: EngineClient, request: InferRequest, flat: bool) -> HttpResponse:
     """Server-sent events: generate_stream's (`flat`) or streamed infer's (infer response bodies)."""
-    events = _events(engine, request)
+    events = traced_events(engine, request)
     first = await _first(events)
     status = 400 if first is not None and first.error is not None else 200
     return HttpResponse(status, b"", [_EVENTS], stream=_sse(first, events, request, flat))
