@@ -75,7 +75,7 @@ def _start_nereid(http_port: int, grpc_port: int) -> tuple[object, int]:
     return proc, proc.pid  # type: ignore[attr-defined]
 
 
-def _pss_mib(pids: set[int]) -> float:
+def pss_mib(pids: set[int]) -> float:
     total = 0
     for pid in pids:
         try:
@@ -167,7 +167,7 @@ def _status_of(sock: socket.socket) -> str:
     return answer.split()[1].decode() if answer else "closed"
 
 
-def _big_http(port: int, served: bool) -> str:
+def big_http(port: int, served: bool) -> str:
     if served:
         header = json.dumps(
             {
@@ -201,7 +201,7 @@ def _big_http(port: int, served: bool) -> str:
         return _status_of(sock)
 
 
-def _big_grpc(port: int, served: bool) -> str:
+def big_grpc(port: int, served: bool) -> str:
     import grpc
     from tritonclient.grpc import service_pb2 as pb
     from tritonclient.grpc import service_pb2_grpc
@@ -343,8 +343,8 @@ def _hostile(http_port: int, grpc_port: int, stop_at: float, flood: int, out: mu
             held.clear()
 
     threads = [
-        threading.Thread(target=every, args=("big-http", 2.0, lambda t: _big_http(http_port, t % 2 == 0))),
-        threading.Thread(target=every, args=("big-grpc", 2.0, lambda t: _big_grpc(grpc_port, t % 2 == 0))),
+        threading.Thread(target=every, args=("big-http", 2.0, lambda t: big_http(http_port, t % 2 == 0))),
+        threading.Thread(target=every, args=("big-grpc", 2.0, lambda t: big_grpc(grpc_port, t % 2 == 0))),
         threading.Thread(target=every, args=("instances", 5.0, lambda t: _instances(http_port))),
         threading.Thread(
             target=every, args=("chunk", 1.0, lambda t: _chunk(http_port, [b"FFFFFFFF", b"4000001"][t % 2]))
@@ -387,9 +387,7 @@ def main() -> None:
         proc, pid = _start_nereid(http_port, grpc_port)
     try:
         pids = tree_pids(pid)
-        print(
-            f"server pid {pid}: {_pss_mib(pids):.0f} MiB, {len(pids)} processes before the soak", flush=True
-        )
+        print(f"server pid {pid}: {pss_mib(pids):.0f} MiB, {len(pids)} processes before the soak", flush=True)
         stop_at = time.monotonic() + args.duration
         answers: multiprocessing.Queue = multiprocessing.get_context("spawn").Queue()
         hostile = multiprocessing.get_context("spawn").Process(
@@ -412,7 +410,7 @@ def main() -> None:
             with lock:
                 interval = record[-1]
                 record.append(Interval())
-            rows.append((time.monotonic() - started, interval, _pss_mib(pids), len(pids)))
+            rows.append((time.monotonic() - started, interval, pss_mib(pids), len(pids)))
             print(
                 f"{rows[-1][0]:6.0f} s  served {interval.served:6d}  errors {interval.errors:4d}  worst "
                 f"{interval.worst_s * 1000:7.1f} ms  memory {rows[-1][2]:7.0f} MiB  processes {rows[-1][3]}",
@@ -424,7 +422,7 @@ def main() -> None:
         hostile.join(timeout=60)
         time.sleep(10)
         pids = tree_pids(pid)
-        print(f"\n10 s after the soak: memory {_pss_mib(pids):.0f} MiB, processes {len(pids)}")
+        print(f"\n10 s after the soak: memory {pss_mib(pids):.0f} MiB, processes {len(pids)}")
         print(
             "\n| time (s) | normal served | normal errors | worst latency (ms) | memory PSS (MiB) | processes |"
         )
