@@ -6,7 +6,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,23 @@ def _bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
 
 
+def _positive(kind: Callable[[str], float], zero: bool = False) -> Callable[[str], float]:
+    """An argparse type: a number of `kind` above 0 (or at 0, with `zero`)."""
+
+    def parse(value: str) -> float:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got '{value}'") from None
+        if number < 0 or (number == 0 and not zero):
+            raise argparse.ArgumentTypeError(
+                f"expected a number above {'or at ' if zero else ''}0, got '{value}'"
+            )
+        return number
+
+    return parse
+
+
 def _request_compression(value: str) -> frozenset[str]:
     names = frozenset(name.strip().lower() for name in value.split(","))
     if not names or not names <= {"gzip", "deflate"}:
@@ -75,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--reuse-http-port", type=_bool, default=False, metavar="BOOL")
     p.add_argument("--http-max-input-size", type=int, default=64 * 1024 * 1024, metavar="BYTES")
+    p.add_argument("--http-header-timeout-secs", type=_positive(float), default=30.0, metavar="SECONDS")
+    p.add_argument("--http-body-timeout-secs", type=_positive(float), default=30.0, metavar="SECONDS")
+    p.add_argument("--http-body-min-rate", type=_positive(int, zero=True), default=1024, metavar="BYTES")
+    p.add_argument("--http-max-connections", type=_positive(int), default=None, metavar="N")
+    p.add_argument("--max-model-instances", type=_positive(int), default=None, metavar="N")
     p.add_argument("--allow-grpc", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--grpc-address", default="0.0.0.0")
     p.add_argument("--grpc-port", type=int, default=8001)
@@ -411,6 +433,11 @@ def parse_settings(argv: Sequence[str]) -> tuple[ServerSettings, list[str]]:
         http_port=args.http_port,
         reuse_http_port=args.reuse_http_port,
         http_max_input_size=args.http_max_input_size,
+        http_header_timeout_s=args.http_header_timeout_secs,
+        http_body_timeout_s=args.http_body_timeout_secs,
+        http_body_min_rate=args.http_body_min_rate,
+        http_max_connections=args.http_max_connections,
+        max_model_instances=args.max_model_instances,
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,

@@ -34,6 +34,17 @@ HELP = {
     "--http-port": "HTTP port",
     "--reuse-http-port": "let other processes listen on the same HTTP port (the kernel spreads connections)",
     "--http-max-input-size": "largest HTTP request body accepted, in bytes (see docs/http_limits.md)",
+    "--http-header-timeout-secs": "a request's header section must arrive within this long of its first "
+    "byte, or it is answered 408 (see docs/http_limits.md)",
+    "--http-body-timeout-secs": "the window over which a request body's rate is measured (see "
+    "--http-body-min-rate)",
+    "--http-body-min-rate": "bytes per second a request body must average over each --http-body-timeout-secs, "
+    "or it is answered 408; 0: a body that stops for a whole window is answered 408",
+    "--http-max-connections": "HTTP connections open at once; beyond it new ones wait to be accepted "
+    "(default: half the open-file limit, at most 10000)",
+    "--max-model-instances": "model instances the server holds, all models together; a load beyond it "
+    "fails before any instance starts (default: 32 per CPU, at most one per 128 MiB of host memory, "
+    "at least 16)",
     "--allow-grpc": "serve Triton's gRPC API",
     "--grpc-address": "address the gRPC server binds to",
     "--grpc-port": "gRPC port",

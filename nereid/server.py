@@ -26,6 +26,8 @@ from nereid.exit_countdown import ExitCountdown
 from nereid.frontends.grpc import start_grpc_server
 from nereid.frontends.grpc.inflight import InferCalls, report_while_draining
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
+from nereid.frontends.http.listener import default_max_connections
+from nereid.frontends.http.protocol import ConnectionLimits
 from nereid.frontends.openai import OpenAIFrontend, openai_error_response
 from nereid.gpu_metrics import GpuSampler
 from nereid.log_settings import ServerLog
@@ -161,6 +163,16 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(main)
 
 
+def http_limits(settings: ServerSettings) -> ConnectionLimits:
+    """The inference endpoint's bounds on its connections, from the --http-* flags."""
+    return ConnectionLimits(
+        header_timeout_s=settings.http_header_timeout_s,
+        body_timeout_s=settings.http_body_timeout_s,
+        body_min_rate=settings.http_body_min_rate,
+        max_connections=settings.http_max_connections or default_max_connections(),
+    )
+
+
 async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) -> int:
     """HTTP, gRPC and metrics on one event loop until SIGINT or SIGTERM, then requests in flight get
     --exit-timeout-secs to finish."""
@@ -183,6 +195,7 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
                 openai_error_response,
                 settings.http_max_input_size,
                 tracing=engine.tracer,
+                limits=http_limits(settings),
             )
             try:
                 await openai.start(settings.http_address, settings.openai_port)
@@ -195,7 +208,11 @@ async def _serve(engine: Engine, settings: ServerSettings, shutdown: _Shutdown) 
             if settings.allow_openai and settings.openai_port is None:  # the OpenAI API on the HTTP port
                 frontend.routes.mount(OpenAIFrontend(engine, settings).routes())
             http = HttpServer(
-                frontend.dispatch, error_response, settings.http_max_input_size, tracing=engine.tracer
+                frontend.dispatch,
+                error_response,
+                settings.http_max_input_size,
+                tracing=engine.tracer,
+                limits=http_limits(settings),
             )
             try:
                 await http.start(settings.http_address, settings.http_port, settings.reuse_http_port)

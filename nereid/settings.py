@@ -170,6 +170,13 @@ class ServerSettings:
     http_port: int = 8000
     reuse_http_port: bool = False  # let other servers bind the same HTTP port (SO_REUSEPORT)
     http_max_input_size: int = 64 * 1024 * 1024
+    # How long a request may take to arrive, and connections open at once (docs/http_limits.md)
+    http_header_timeout_s: float = 30.0
+    http_body_timeout_s: float = 30.0
+    http_body_min_rate: int = 1024  # bytes per second, over each http_body_timeout_s
+    http_max_connections: int | None = None  # None: from the process's file limit (listener.py)
+    # Model instances the server holds at most, all models together; None: from the host's CPUs and memory
+    max_model_instances: int | None = None
     http_restricted_api: tuple[RestrictedApi, ...] = ()
     grpc_restricted_protocol: tuple[RestrictedApi, ...] = ()
     allow_client_shm: bool = False  # clients may register system / CUDA shared memory regions

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -30,6 +30,7 @@ from nereid.model_config import (
 from nereid.model_config.ensemble import is_ensemble
 from nereid.model_config.sequence import check_sequence_batching, fill_sequence_defaults
 from nereid.repository.ensemble import load_ensemble
+from nereid.repository.instance_budget import InstanceBudget
 from nereid.repository.model import ModelVersion, model_metadata, read_labels, tensor_specs
 from nereid.repository.scan import (
     ModelSource,
@@ -69,12 +70,14 @@ def load_model(
     limiter: RateLimiter | None = None,
     server: ModelServices | None = None,
     custom_metrics: CustomMetrics | None = None,
+    budget: InstanceBudget | None = None,
 ) -> LoadResult:
     """Load the versions the policy selects. `config_override` is a JSON ModelConfig that replaces
     config.pbtxt; a version in `serving` whose config, files and labels are unchanged is kept as is.
     Ensembles load only given `members`, the composing models they are checked against and call.
     `server` is what the instances' model code calls back into (BLS); `custom_metrics` where its metric
-    families go."""
+    families go; `budget` the server-wide bound on instances, which each version's instances must fit
+    before any of them starts."""
     result = LoadResult(source.name, {}, {})
     if source.duplicate_of is not None:
         # The index gives Triton's reason word for word (clients compare it); the log says where.
@@ -139,6 +142,7 @@ def load_model(
                 limiter,
                 server,
                 custom_metrics,
+                budget,
             )
         except NereidError as exc:
             result.failures[version] = exc.message
@@ -272,21 +276,32 @@ def _fill_defaults(config: mc.ModelConfig, backend: Backend) -> None:
         optimization.output_pinned_memory.enable = True
 
 
+def instance_count(config: mc.ModelConfig) -> int:
+    """The instances a completed config asks for: each group's count, on each of its GPUs for a GPU group."""
+    return sum(
+        group.count * (max(1, len(group.gpus)) if group.kind == mc.ModelInstanceGroup.KIND_GPU else 1)
+        for group in config.instance_group
+    )
+
+
 def _create_instances(
     backend: Backend, specs: list[InstanceSpec]
 ) -> list[ModelInstance | AsyncModelInstance]:
     """Start a version's instances side by side, as Triton does: a model whose instances each take long
-    to initialize loads in the time of one. If one fails, those that started are closed again."""
+    to initialize loads in the time of one. Once one fails, those not started yet never start, and those
+    that did are closed again."""
     if len(specs) == 1:
         return [backend.create_instance(specs[0])]
+    failure: BaseException | None = None
     with ThreadPoolExecutor(max_workers=min(len(specs), 8), thread_name_prefix="instance-start") as pool:
         futures = [pool.submit(backend.create_instance, spec) for spec in specs]
-    instances, failure = [], None
-    for future in futures:
-        try:
-            instances.append(future.result())
-        except BaseException as exc:  # the first failure is the one reported
-            failure = failure or exc
+        for future in as_completed(futures):
+            failure = future.exception()
+            if failure is not None:  # the first failure is the one reported
+                for waiting in futures:
+                    waiting.cancel()
+                break
+    instances = [f.result() for f in futures if not f.cancelled() and f.exception() is None]
     if failure is not None:
         for instance in instances:
             instance.close()
@@ -326,6 +341,7 @@ def _load_version(
     limiter: RateLimiter | None,
     server: ModelServices | None = None,
     custom_metrics: CustomMetrics | None = None,
+    budget: InstanceBudget | None = None,
 ) -> ModelVersion:
     started = time.monotonic()
     version_dir = folders[version]
@@ -339,6 +355,12 @@ def _load_version(
     backend.check(config, model_file)
     samples = warmup_samples(config, source.path)  # a bad warmup setting fails before any instance starts
     backend_config = settings.backend_config.get(backend.name, {})
+    # reserved before the specs are even built: a million of them take a minute
+    release = (
+        budget.reserve(instance_count(config), f"model '{source.name}' version {version}")
+        if budget is not None
+        else None
+    )
     specs: list[InstanceSpec] = []
     claims: list[Claim] = []  # what each instance needs from the rate limiter
     for group in config.instance_group:
@@ -365,20 +387,25 @@ def _load_version(
                 )
                 specs.append(spec)
                 claims.append(Claim.for_group(f"{source.name}:{spec.instance_name}", group, device_id))
-    instances = _create_instances(backend, specs)
     statistics = model_statistics(settings, config)
-    label = f"'{source.name}' version {version}"
     try:
-        scheduler = create_scheduler(label, config, instances, statistics, source.path, limiter, claims)
-    except BaseException:  # the rate limiter refused the instances' resources
-        for instance in instances:
-            instance.close()
-        raise
-    try:
-        # before the version serves, so before it is READY; counted in its statistics, as Triton counts it
-        warm_up(scheduler.pool, samples, config, statistics)
+        instances = _create_instances(backend, specs)
+        label = f"'{source.name}' version {version}"
+        try:
+            scheduler = create_scheduler(label, config, instances, statistics, source.path, limiter, claims)
+        except BaseException:  # the rate limiter refused the instances' resources
+            for instance in instances:
+                instance.close()
+            raise
+        try:
+            # before the version serves, so before it is READY; counted in its statistics, as Triton does
+            warm_up(scheduler.pool, samples, config, statistics)
+        except BaseException:
+            scheduler.stop()
+            raise
     except BaseException:
-        scheduler.stop()
+        if release is not None:
+            release()
         raise
     return ModelVersion(
         name=source.name,
@@ -394,4 +421,5 @@ def _load_version(
         required_inputs=tuple(i.name for i in config.input if not i.optional),
         fingerprint=fingerprint,
         load_duration_s=time.monotonic() - started,
+        release_instances=release,
     )

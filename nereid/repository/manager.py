@@ -26,6 +26,7 @@ from nereid.engine_client import ModelServices
 from nereid.errors import InvalidArgument, NereidError, NotFound, PollFailed, Unavailable
 from nereid.log_settings import verbose
 from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members
+from nereid.repository.instance_budget import InstanceBudget, default_max_instances
 from nereid.repository.loader import LoadResult, load_model
 from nereid.repository.model import ModelVersion
 from nereid.repository.remote import RepositoryMirror
@@ -104,6 +105,7 @@ class ModelManager:
         self._chain = threading.local()  # models this thread is loading or unloading (no recursion)
         # One for every model, so that resources are shared across models (--rate-limit).
         self._limiter = RateLimiter(settings.rate_limit_resources) if settings.rate_limit else None
+        self.instances = InstanceBudget(settings.max_model_instances or default_max_instances())
 
     @property
     def control_mode(self) -> str:
@@ -197,6 +199,7 @@ class ModelManager:
                 limiter=self._limiter,
                 server=self._server,
                 custom_metrics=self.custom_metrics,
+                budget=self.instances,
             )
             if not result.failures or source.duplicate_of is not None or retries <= 0:
                 break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ class ModelVersion:
     fingerprint: str = ""  # of its version folder and label files: unchanged means it can keep serving
     ensemble: bool = False  # its responses echo the sequence parameters, as Triton's ensembles do
     load_duration_s: float = 0.0  # from the start of its load to ready (nv_model_load_duration_secs)
+    # gives its instances back to the server's bound (instance_budget.py) once stopped; None: not counted
+    release_instances: Callable[[], None] | None = None
     # Read on every request, so computed once rather than from the protobuf config each time.
     max_batch_size: int = field(init=False)
     decoupled: bool = field(init=False)  # responses come through streams (model_transaction_policy)
@@ -107,6 +110,8 @@ class ModelVersion:
     def stop(self) -> None:
         """Release the instances (a Python model's finalize has run when this returns)."""
         self.scheduler.stop()
+        if self.release_instances is not None:
+            self.release_instances()
         heap.version_unloaded()
         # Triton's line for every version it unloads, at shutdown too; tools count them.
         logging.getLogger(__name__).info("successfully unloaded '%s' version %d", self.name, self.version)

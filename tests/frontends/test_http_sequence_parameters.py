@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from nereid.errors import InternalError, InvalidArgument
+from nereid.errors import InternalError, InvalidArgument, Unsupported
 from nereid.frontends.http.codec import decode_infer_request
 from nereid.types import SEQUENCE_START, InferRequest
 
@@ -51,3 +51,24 @@ def test_triton_prefixed_keys_are_refused_with_tritons_text(key: str) -> None:
         InvalidArgument, match=r"^parameter keys starting with 'triton_' are reserved for Triton usage and"
     ):
         _decode({key: True, "custom": 1})
+
+
+@pytest.mark.parametrize("key", ["priority", "timeout"])
+@pytest.mark.parametrize("value", [-1, -5, 1.5, "3", True])
+def test_priority_and_timeout_must_be_uint64(key: str, value: object) -> None:
+    with pytest.raises(
+        InternalError,
+        match=f"^Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer$",
+    ):
+        _decode({key: value})
+
+
+def test_priority_and_timeout_in_range_are_taken() -> None:
+    request = _decode({"priority": 2**64 - 1, "timeout": 0})
+    assert (request.priority, request.timeout_us) == (2**64 - 1, 0)
+
+
+def test_a_string_id_over_128_bytes_is_refused_with_tritons_status_and_text() -> None:
+    assert _decode({"sequence_id": "s" * 128}).sequence_id == "s" * 128
+    with pytest.raises(Unsupported, match=r"^string correlation ID cannot be longer than 128 characters$"):
+        _decode({"sequence_id": "s" * 129})

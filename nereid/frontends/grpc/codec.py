@@ -19,6 +19,7 @@ from nereid.datatypes import (
     tensor_to_bytes,
 )
 from nereid.errors import InputDataError, InvalidArgument, request_prefix
+from nereid.request_checks import check_sequence_id
 from nereid.shared_memory import SharedMemoryRef
 from nereid.tensor_data import element_count
 from nereid.types import (
@@ -239,6 +240,8 @@ def _request_parameters(parameters: Mapping[str, pb.InferParameter], request: In
                 )
             value = getattr(parameter, kind)
             if key == "sequence_id":
+                if kind == "string_param":
+                    check_sequence_id(value)
                 request.sequence_id = value
             elif key == "sequence_start":
                 request.flags |= SEQUENCE_START if value else 0

@@ -17,7 +17,6 @@ import importlib.util
 import logging
 
 import grpc
-from tritonclient.grpc import service_pb2_grpc
 
 from nereid.engine_client import EngineClient
 from nereid.errors import Unavailable
@@ -25,6 +24,7 @@ from nereid.frontends.grpc.health import health_handler
 from nereid.frontends.grpc.inflight import InferCalls
 from nereid.frontends.grpc.restricted import RestrictedProtocolInterceptor
 from nereid.frontends.grpc.servicer import InferenceServicer
+from nereid.frontends.grpc.undecodable import add_inference_service
 from nereid.frontends.header_forward import header_forwarding
 from nereid.settings import GrpcOptions, ServerSettings
 
@@ -152,7 +152,7 @@ async def start_grpc_server(
         server = native_server(servicer, options=server_options(options, core), interceptors=interceptors)
     else:
         server = grpc.aio.server(options=server_options(options, core), interceptors=interceptors)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    add_inference_service(servicer, server)
     server.add_generic_rpc_handlers((health_handler(engine),))
     address = f"{settings.grpc_address}:{settings.grpc_port}"
     try:

@@ -23,6 +23,7 @@ from nereid.frontends.grpc.inflight import InferCalls
 from nereid.frontends.grpc.layouts import LayoutCache, ResponseLayouts
 from nereid.frontends.grpc.status import GRPC_STATUS
 from nereid.frontends.grpc.stream import request_stream, stream_responses
+from nereid.frontends.grpc.undecodable import UNDECODABLE, unparsable
 from nereid.frontends.header_forward import HeaderForwarding
 from nereid.tracing.trace import (
     GRPC_SEND_END,
@@ -77,6 +78,7 @@ def _rpc(
             await asyncio.sleep(self._response_delay_s)
         if error is None:
             return response
+        del request  # see ModelInfer
         await context.abort(*error)
         raise AssertionError("unreachable: context.abort raises")
 
@@ -257,7 +259,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def respond(self, request: InferRequest, result: InferResponse | BaseException) -> pb.ModelInferResponse:
         """The message answering the engine's result; raises the NereidError to answer instead. A traced
         request's trace ends here."""
-        return self._answer(request, result, encode_infer_response)
+        try:
+            return self._answer(request, result, encode_infer_response)
+        finally:
+            del result  # see _answer
 
     def respond_serialized(self, request: InferRequest, result: InferResponse | BaseException) -> bytes:
         """`respond`, serialized (from the head of an earlier response that said the same)."""
@@ -266,7 +271,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 return self._responses.serialize(result)
             except Exception as exc:
                 raise _infer_error(exc, request.model_name) from None
-        return self._answer(request, result, self._responses.serialize)
+        try:
+            return self._answer(request, result, self._responses.serialize)
+        finally:
+            del result  # see _answer
 
     def _answer(
         self,
@@ -278,7 +286,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         start = 0
         try:
             if isinstance(result, BaseException):
-                raise _infer_error(result, request.model_name)
+                # The error raised is often `result` itself. A frame that holds an exception it raised is
+                # in that exception's traceback: a cycle, which would keep the request (its tensors, tens
+                # of MiB) and the frames it passed through alive until the cyclic collector runs, and the
+                # server lets that run rarely (heap.py). So this frame and its callers drop it as it leaves.
+                try:
+                    raise _infer_error(result, request.model_name)
+                finally:
+                    del result
             if trace is not None:
                 trace.complete = (
                     time.perf_counter_ns()
@@ -325,16 +340,27 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             metadata = context.invocation_metadata() or ()
         calls = self.calls
         calls.active += 1
+        infer_request: InferRequest | None = None
+        queued: QueuedInfer | None = None
         try:
+            if request is UNDECODABLE:
+                raise unparsable()
             infer_request = self.decode(request, metadata)
             queued = self.queue(infer_request)
             if queued is None:
                 return await self.infer_decoded(infer_request)
             return await self._answer_of(queued, infer_request)
         except NereidError as exc:
-            await context.abort(GRPC_STATUS[exc.status], exc.message)
+            error = (GRPC_STATUS[exc.status], exc.message)
         finally:
             calls.active -= 1
+        # grpc.aio keeps the exception that `abort` raises in the call's state, which its traceback holds:
+        # a cycle, and this frame is in that traceback. So abort outside the except block (no error chained
+        # to it) from a frame that no longer holds the request, or the request (tens of MiB) would live
+        # until the cyclic collector runs, which the server lets run rarely (heap.py).
+        del request
+        infer_request = queued = None
+        await context.abort(*error)
 
     async def _answer_of(self, queued: QueuedInfer, request: InferRequest) -> pb.ModelInferResponse:
         """A queued request's answer, awaited on one future instead of the engine's coroutines."""
@@ -365,10 +391,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             responses = stream_responses(call, request_iterator, strict, self._decoupled)
             async for response in responses:
                 yield response
+            return
         except NereidError as exc:
-            await context.abort(GRPC_STATUS[exc.status], exc.message)
+            error = (GRPC_STATUS[exc.status], exc.message)
         finally:
             calls.active -= 1
+        await context.abort(*error)  # outside the except block: see ModelInfer
 
     # model control (explicit mode)
     @_rpc

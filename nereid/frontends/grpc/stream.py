@@ -12,6 +12,7 @@ from tritonclient.grpc import service_pb2 as pb
 from nereid.engine_client import EngineClient
 from nereid.errors import NereidError
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response
+from nereid.frontends.grpc.undecodable import UNDECODABLE, unparsable
 from nereid.tracing.trace import (
     GRPC_SEND_END,
     GRPC_SEND_START,
@@ -133,6 +134,8 @@ async def stream_responses(
         nonlocal reading
         try:
             async for message in requests:
+                if message is UNDECODABLE:  # ends the stream with Triton's answer to it (see below)
+                    raise unparsable()
                 slot = None if decoupled(message) else _Slot()
                 if slot is not None:
                     order.append(slot)

@@ -18,6 +18,7 @@ from nereid.datatypes import (
 from nereid.errors import InputDataError, InternalError, InvalidArgument, request_prefix
 from nereid.frontends.http import json_body
 from nereid.frontends.http.layouts import LayoutCache
+from nereid.request_checks import check_sequence_id
 from nereid.shared_memory import SharedMemoryRef
 from nereid.shared_memory_requests import SharedMemoryRequests
 from nereid.tensor_data import MAX_ELEMENTS, MAX_RANK, shape_too_large
@@ -156,13 +157,15 @@ _CONTROLS = frozenset(("sequence_id", "sequence_start", "sequence_end", "priorit
 def _take_controls(request: InferRequest) -> None:
     """Move the reserved parameters into the request's control fields, checked here, once: `sequence_id`
     is a string or a uint64 and the flags are booleans (with Triton's texts); a `priority` or `timeout`
-    that is not an integer counts as none."""
+    that is not a uint64 is refused, as Triton refuses it."""
     parameters = request.parameters
     sequence_id = parameters.pop("sequence_id", 0)
     if not isinstance(sequence_id, str) and (
         not isinstance(sequence_id, int) or isinstance(sequence_id, bool) or not 0 <= sequence_id < 1 << 64
     ):
         raise InternalError("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
+    if isinstance(sequence_id, str):
+        check_sequence_id(sequence_id)
     request.sequence_id = sequence_id
     for key, flag in (("sequence_start", SEQUENCE_START), ("sequence_end", SEQUENCE_END)):
         value = parameters.pop(key, False)
@@ -170,10 +173,17 @@ def _take_controls(request: InferRequest) -> None:
             raise InternalError(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
         if value:
             request.flags |= flag
-    priority = parameters.pop("priority", 0)
-    request.priority = priority if isinstance(priority, int) else 0
-    timeout = parameters.pop("timeout", 0)
-    request.timeout_us = timeout if isinstance(timeout, int) else 0
+    request.priority = _unsigned(parameters.pop("priority", 0), "priority")
+    request.timeout_us = _unsigned(parameters.pop("timeout", 0), "timeout")
+
+
+def _unsigned(value: Any, key: str) -> int:
+    """A parameter Triton reads as a uint64 (`priority`, `timeout`), with its text for anything else."""
+    if type(value) is not int or not 0 <= value < 1 << 64:
+        raise InternalError(
+            f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer"
+        )
+    return value
 
 
 def _parameters(value: Any, kind: str, name: str | None = None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httptools
 
 from nereid.frontends.http.heads import HEAD_END, MAX_HEAD_BYTES, Head, HeadCache, plain
+from nereid.frontends.http.listener import Listener, default_max_connections
 from nereid.tracing.trace import HTTP_SEND_END, HTTP_SEND_START
 
 if TYPE_CHECKING:
@@ -50,6 +51,17 @@ MAX_HEADER_COUNT = 256  # header lines, repeats included: 431 beyond
 _LINGER_S = 1.0
 _LINGER_BYTES = 1 << 20
 _CHUNK_LINE_TAIL = 256  # bytes kept from the previous read to find a chunk-size line split across reads
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """How long a request may take to arrive, and how many connections are open at once (see
+    docs/http_limits.md). A request over a time limit is answered 408 and its connection closed."""
+
+    header_timeout_s: float = 30.0  # from a request's first byte to the end of its header section
+    body_timeout_s: float = 30.0  # the window over which a body's rate is measured
+    body_min_rate: int = 1024  # bytes per second a body must average over each window
+    max_connections: int = field(default_factory=default_max_connections)  # beyond: wait to be accepted
 
 
 @dataclass(slots=True)
@@ -176,41 +188,42 @@ class HttpServer:
         max_body_size: int,
         keep_alive_timeout_s: float = KEEP_ALIVE_TIMEOUT_S,
         tracing: Tracing | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self._keep_alive_timeout_s = keep_alive_timeout_s
+        self.limits = limits or ConnectionLimits()
         self._tracing = tracing
         self._handler = handler
         self._error_response = error_response
         self._max_body_size = max_body_size
         self._heads = HeadCache()  # per server: what a head allows depends on its limits
         self._connections: set[_Connection] = set()
-        self._server: asyncio.Server | None = None
+        self._listener: Listener | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._all_closed: asyncio.Future[None] | None = None  # while stopping: set once no connection is left
 
     async def start(self, host: str, port: int, reuse_port: bool = False) -> None:
         """Listen on host:port; `reuse_port` lets other processes listen on the same port (the kernel
         spreads connections between them), as Triton's --reuse-http-port."""
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, reuse_address=True, reuse_port=reuse_port or None
-        )
-        self._sweeper = loop.create_task(self._close_idle_connections())
+        listener = Listener(lambda: _Connection(self), self.limits.max_connections, self._connections.__len__)
+        await listener.start(host, port, reuse_port)
+        self._listener = listener
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
     @property
     def port(self) -> int:
         """The bound port (useful when started on port 0)."""
-        if self._server is None:
+        if self._listener is None:
             raise RuntimeError("the HTTP server is not started")
-        return int(self._server.sockets[0].getsockname()[1])
+        return int(self._listener.sockets[0].getsockname()[1])
 
     async def stop(self, timeout_s: float, countdown: ExitCountdown | None = None) -> None:
         """Stop accepting, let requests in flight finish for up to `timeout_s`, then close everything.
         With a `countdown` (the inference endpoint, as Triton's), open connections first go on serving
         until their clients close them or the countdown is over, which is said once a second."""
         deadline = time.monotonic() + timeout_s
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         if countdown is not None:
             await self._wait_for_clients(countdown)
         if self._sweeper is not None:
@@ -247,16 +260,24 @@ class HttpServer:
 
     def _forget(self, connection: _Connection) -> None:
         self._connections.discard(connection)
+        if self._listener is not None:
+            self._listener.connection_closed()
         if not self._connections and self._all_closed is not None and not self._all_closed.done():
             self._all_closed.set_result(None)
 
-    async def _close_idle_connections(self) -> None:
+    async def _sweep(self) -> None:
+        """Close idle connections, and refuse requests whose head or body arrives too slowly."""
+        limits = self.limits
+        period = min(self._keep_alive_timeout_s, limits.header_timeout_s, limits.body_timeout_s) / 4
         while True:
-            await asyncio.sleep(self._keep_alive_timeout_s / 4)
-            cutoff = time.monotonic() - self._keep_alive_timeout_s
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            cutoff = now - self._keep_alive_timeout_s
             for connection in list(self._connections):
-                if not connection.busy and connection.last_active < cutoff:
+                if not connection.busy and connection.last_active < cutoff and not connection.receiving:
                     connection.close_when_idle()
+                else:
+                    connection.check_progress(now, limits)
 
 
 # Header names as read (any case) to their lower-case text: clients send the same few names on every
@@ -305,7 +326,13 @@ class _Connection(asyncio.Protocol):
         self._header_count = 0
         self._in_head = False  # between the start of a request and the end of its headers
         self._head_size = 0
-        self._chunk_header = False  # a chunk-size line was parsed and no data of that chunk followed yet
+        self._head_started = 0.0  # when the read that began the request arrived (monotonic)
+        self._in_body = False  # between the end of a request's headers and the end of its body
+        # How much of the body had arrived when its rate was last measured, and when (monotonic).
+        self._body_mark = 0
+        self._body_mark_time = 0.0
+        self._chunk_header = False  # a chunk-size line was read in this read and its chunk is not complete
+        self._chunk_read = 0  # and the bytes of that chunk that came after it in this read
         self._tail = b""  # the end of the previous read, for a chunk-size line split across reads
         self._body: list[bytes] = []
         self._body_size = 0
@@ -329,6 +356,36 @@ class _Connection(asyncio.Protocol):
     def busy(self) -> bool:
         return self._busy
 
+    @property
+    def receiving(self) -> bool:
+        """Whether part of a request has arrived and the rest has not."""
+        return self._in_head or self._in_body or self._known is not None
+
+    def check_progress(self, now: float, limits: ConnectionLimits) -> None:
+        """Answer 408 to a request whose head has taken too long to arrive, or whose body arrives slower
+        than the limits allow (while the server reads it: not while reading waits for the client to take
+        its responses, or for requests before it)."""
+        if self._refused or self._reading_paused or self._transport is None:
+            return
+        if self._in_head:
+            if now - self._head_started > limits.header_timeout_s:
+                self._refuse(
+                    408, f"request header section did not arrive within {limits.header_timeout_s:g} s"
+                )
+        elif self._in_body or self._known is not None:
+            elapsed = now - self._body_mark_time
+            if elapsed < limits.body_timeout_s:
+                return
+            received = self._body_size - self._body_mark
+            if received == 0 or received < limits.body_min_rate * elapsed:
+                self._refuse(
+                    408,
+                    f"request body arrived slower than {limits.body_min_rate} bytes/s over "
+                    f"{limits.body_timeout_s:g} s",
+                )
+            else:
+                self._body_mark, self._body_mark_time = self._body_size, now
+
     def wait_idle(self) -> asyncio.Future[None]:
         """Done once the request in flight (and those pipelined behind it) are answered."""
         if self._idle_waiter is None or self._idle_waiter.done():
@@ -346,6 +403,15 @@ class _Connection(asyncio.Protocol):
         self._server._forget(self)
         self._pending.clear()
         self._transport = None
+        # The parser holds this connection's callbacks, so the two form a cycle that only the cyclic
+        # collector frees, and the server lets that run rarely (heap.py): the cycle would keep a request's
+        # body (up to --http-max-input-size) alive long after its connection closed. Drop the body and
+        # break the cycle, so the connection goes when the last reference to it does.
+        self._body = []
+        self._url = []
+        self._tail = b""
+        self._known = None
+        del self._parser
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
         if self._task is not None:
@@ -369,6 +435,7 @@ class _Connection(asyncio.Protocol):
                 return
         was_in_head = self._in_head
         self._chunk_header = False
+        self._chunk_read = 0
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -388,9 +455,11 @@ class _Connection(asyncio.Protocol):
                 self._refuse(431, f"request header section is larger than {MAX_HEADER_BYTES} bytes")
                 return
         if self._chunk_header:
-            # The read ended right after a chunk-size line: refuse a chunk that cannot fit at once, rather
-            # than wait for data the limit would refuse anyway.
-            self._check_chunk_size(self._tail + data[-_CHUNK_LINE_TAIL:])
+            # A chunk-size line came in this read and its chunk is still arriving: refuse a chunk that
+            # cannot fit at once, rather than wait for data the limit would refuse anyway. The chunk's
+            # data in this read is its last `_chunk_read` bytes, so the size line ends just before them.
+            end = len(data) - self._chunk_read
+            self._check_chunk_size(self._tail + data[max(0, end - _CHUNK_LINE_TAIL) : end])
         self._tail = data[-_CHUNK_LINE_TAIL:]
 
     def _serve_known(self, data: bytes) -> bytes:
@@ -407,7 +476,7 @@ class _Connection(asyncio.Protocol):
                 self._body_size += size
                 return b""
             self._known = None
-            body = self._body
+            body, self._body = self._body, []  # the request holds the body; its pieces are not kept
             if body:
                 body.append(data if need == size else data[:need])
                 self._serve_head(known, b"".join(body))
@@ -432,6 +501,7 @@ class _Connection(asyncio.Protocol):
                 self._known = known
                 self._body = [data[end:]] if end < size else []
                 self._body_size = size - end
+                self._body_mark, self._body_mark_time = self._body_size, self.last_active
                 return b""
             self._serve_head(known, data[end:stop])
             start = stop
@@ -486,6 +556,7 @@ class _Connection(asyncio.Protocol):
         self._repeated = {}
         self._header_count = 0
         self._in_head = True
+        self._head_started = self.last_active
         self._head_size = 0
         self._body = []
         self._body_size = 0
@@ -524,6 +595,8 @@ class _Connection(asyncio.Protocol):
         self._in_head = False
         if self._refused:
             return
+        self._in_body = True
+        self._body_mark, self._body_mark_time = 0, self.last_active
         for key, values in self._repeated.items():
             self._headers[key] = ", ".join(values)
         declared = self._headers.get("content-length")
@@ -536,7 +609,8 @@ class _Connection(asyncio.Protocol):
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
-        self._chunk_header = False
+        if self._chunk_header:
+            self._chunk_read += len(body)
         if self._refused:
             return
         self._body_size += len(body)
@@ -547,13 +621,20 @@ class _Connection(asyncio.Protocol):
 
     def on_chunk_header(self) -> None:
         self._chunk_header = True
+        self._chunk_read = 0
+
+    def on_chunk_complete(self) -> None:
+        self._chunk_header = False
 
     def on_message_complete(self) -> None:
+        self._in_body = False
         if self._refused or self._last:
+            self._body = []
             return
         url = b"".join(self._url).decode("latin-1")
         path, _, query = url.partition("?")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        self._body = []  # the request holds the body now; its pieces are not kept beside it
         method = self._parser.get_method().decode("latin-1")
         request = HttpRequest(method, path, query, self._headers, body)
         if self._recv_start:
