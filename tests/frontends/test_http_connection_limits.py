@@ -181,3 +181,30 @@ def test_beyond_the_connection_cap_new_connections_wait_to_be_accepted() -> None
             await asyncio.to_thread(clients)
 
     asyncio.run(scenario())
+
+
+def _chunked(port: int, chunks: int) -> bytes:
+    """A chunked body of `chunks` one-byte chunks; the whole answer."""
+    head = _POST + b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head)
+        try:
+            sock.sendall(b"1\r\nA\r\n" * chunks + b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before the last chunk: the answer is still there to read
+        answer = bytearray()
+        while piece := sock.recv(1 << 16):
+            answer += piece
+    return bytes(answer)
+
+
+def test_a_chunked_body_of_more_than_65536_non_empty_chunks_is_refused_with_tritons_text() -> None:
+    async def scenario() -> None:
+        async with _server(ConnectionLimits()) as server:
+            at_limit = await asyncio.to_thread(_chunked, server.port, 1 << 16)
+            assert at_limit.startswith(b"HTTP/1.1 200") and at_limit.endswith(b"65536")
+            over = await asyncio.to_thread(_chunked, server.port, (1 << 16) + 1)
+            assert over.startswith(b"HTTP/1.1 400")
+            assert b"Chunked request body exceeds maximum of 65536 non-empty chunks." in over
+
+    asyncio.run(scenario())

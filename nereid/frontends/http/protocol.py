@@ -47,6 +47,9 @@ _REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
 MAX_URL_BYTES = 64 * 1024  # request target, path and query together: 414 beyond
 MAX_HEADER_BYTES = 64 * 1024  # the header section (may be exceeded by up to one socket read): 431 beyond
 MAX_HEADER_COUNT = 256  # header lines, repeats included: 431 beyond
+# Non-empty chunks of one chunked body, as in Triton: each is a Python call and a piece kept until the
+# body is joined, so a body of many tiny chunks would cost far more than its bytes. 400 beyond.
+MAX_CHUNKS = 1 << 16
 # After a refusal, how long and how much of what the client still sends is read and dropped
 _LINGER_S = 1.0
 _LINGER_BYTES = 1 << 20
@@ -336,6 +339,8 @@ class _Connection(asyncio.Protocol):
         self._tail = b""  # the end of the previous read, for a chunk-size line split across reads
         self._body: list[bytes] = []
         self._body_size = 0
+        self._chunks = 0  # non-empty chunks of the body being read
+        self._new_chunk = False  # a chunk-size line was read and its first data is still to come
         self._tracing = server._tracing
         self._recv_start = 0
         self._refused = False
@@ -560,6 +565,8 @@ class _Connection(asyncio.Protocol):
         self._head_size = 0
         self._body = []
         self._body_size = 0
+        self._chunks = 0
+        self._new_chunk = False
         tracing = self._tracing
         self._recv_start = time.perf_counter_ns() if tracing is not None and tracing.active else 0
 
@@ -613,6 +620,13 @@ class _Connection(asyncio.Protocol):
             self._chunk_read += len(body)
         if self._refused:
             return
+        if self._new_chunk:
+            self._new_chunk = False
+            self._chunks += 1
+            if self._chunks > MAX_CHUNKS:
+                text = f"Chunked request body exceeds maximum of {MAX_CHUNKS} non-empty chunks."
+                self._refuse(400, text + " Send fewer or larger HTTP chunks.")
+                return
         self._body_size += len(body)
         if self._body_size > self._server._max_body_size:
             self._refuse_too_large(self._body_size)
@@ -622,6 +636,7 @@ class _Connection(asyncio.Protocol):
     def on_chunk_header(self) -> None:
         self._chunk_header = True
         self._chunk_read = 0
+        self._new_chunk = True  # counted by on_body, so that the last, empty chunk is not
 
     def on_chunk_complete(self) -> None:
         self._chunk_header = False
