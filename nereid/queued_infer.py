@@ -1,47 +1,33 @@
-"""A unary request to a dynamic batcher or the default scheduler answered by callback: no coroutine and no
-Task per request.
+"""A unary request to any model answered by callback: the one way a unary request reaches a scheduler.
 
-`Engine.infer` awaits the scheduler's future through several coroutines, each resumed when the execution
-is done; for a model that takes microseconds that is a good share of a request's CPU. Here the request is
-admitted and queued at once, and the scheduler calls it back when its execution is done (no future, no
-callback scheduled per request): that finishes it (statistics, tracing, release) and hands the response
-on. A request whose tensors are in shared memory holds its regions from admission until its outputs are
-written. What may wait for something else (the response cache, decoupled models, sequence batching,
-ensembles) keeps the awaited path.
+The request is admitted and handed to its scheduler's `enqueue` at once, and the scheduler calls it back
+when its execution is done (no future, no Task, no coroutine per request on the default scheduler and the
+dynamic batcher): that ends it (statistics, tracing, its shared memory let go) and hands the response on.
+`Engine.infer` awaits the same object (`answer_of`); a model with a response cache looks the request up
+first (`QueuedCachedInfer`). Decoupled models stream instead (nereid.streaming).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from functools import partial
+from typing import Any
 
 from nereid.admission import Admission
-from nereid.backends.base import BackendRequest, BackendResult
+from nereid.cache import ResponseCache
 from nereid.repository.model import ModelVersion
+from nereid.scheduling.base import Result, Submits, outputs_of
 from nereid.shared_memory import SharedMemoryRegistry
-from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor
 
 Answer = Callable[[InferResponse | BaseException], None]
-Done = Callable[[BackendResult], None]
-
-
-class _Entry(Protocol):
-    done: Done | None  # None once answered, or once its caller withdrew it
-
-
-class CallbackScheduler(Protocol):
-    """A scheduler that takes a request with a callback (DynamicBatcher, DefaultScheduler)."""
-
-    def enqueue(self, request: BackendRequest, timing: RequestTiming | None, done: Done) -> _Entry: ...
-
-    def withdraw(self, entry: Any) -> None: ...
 
 
 class QueuedSchedulerInfer(Admission):
-    """The QueuedInfer of a request handed to a scheduler with a callback: the request's admission itself
-    (one object per request rather than two), queued at once."""
+    """The QueuedInfer of a request handed to its scheduler: the request's admission itself (one object per
+    request rather than two), queued at once."""
 
     __slots__ = ("_scheduler", "_entry", "_answer", "_early")
 
@@ -50,15 +36,17 @@ class QueuedSchedulerInfer(Admission):
         model: ModelVersion,
         request: InferRequest,
         shared_memory: SharedMemoryRegistry | None,
-        scheduler: CallbackScheduler,
+        scheduler: Submits,
     ) -> None:
-        Admission.__init__(self, model, request, shared_memory)  # counted in flight, checked
+        Admission.__init__(
+            self, model, request, shared_memory
+        )  # counted in flight, its regions held, checked
         self._scheduler = scheduler
         self._answer: Answer | None = None
         self._early: InferResponse | BaseException | None = None
         # The entry refers back to this object (as its timing): kept only while the request is unanswered,
         # so that no cycle is left for the garbage collector.
-        self._entry: _Entry | None = None
+        self._entry: Any = None
         try:
             entry = scheduler.enqueue(self.backend, self, self._resolved)
         except BaseException as exc:
@@ -84,7 +72,7 @@ class QueuedSchedulerInfer(Admission):
         self._answer = self._entry = None
         self.failed(asyncio.CancelledError())
 
-    def _resolved(self, result: BackendResult) -> None:
+    def _resolved(self, result: Result) -> None:
         answer = self._answer
         self._answer = self._entry = None  # which refer back to this object: no cycle left for the collector
         value: InferResponse | BaseException
@@ -96,56 +84,83 @@ class QueuedSchedulerInfer(Admission):
                 outputs = self.finish(result)  # which records a failure itself
             except Exception as exc:
                 value = exc
-            else:
-                model = self.model
-                # a plain dict of outputs has no parameters: no getattr for it
-                if model.ensemble or (type(result) is not dict and getattr(result, "parameters", None)):
-                    value = infer_response(model, self.request, outputs, getattr(result, "parameters", None))
-                else:  # the usual response, as `infer_response` would make it without the call (parameters given)
-                    value = InferResponse(model.name, model.version_text, outputs, self.request.id, {})
+            else:  # a plain dict of outputs has no parameters: no getattr for it
+                parameters = None if type(result) is dict else getattr(result, "parameters", None)
+                value = infer_response(self.model, self.request, outputs, parameters)
         if answer is not None:
             answer(value)
         else:  # `then` comes next (a withdrawn request is never answered)
             self._early = value
 
 
-class QueuedSharedMemoryInfer(QueuedSchedulerInfer):
-    """A queued request whose tensors are in shared memory: its regions held from admission until its
-    outputs are written into them (or it is withdrawn), as `Engine.infer` holds them; an unregister
-    meanwhile only marks them."""
+class QueuedCachedInfer(Admission):
+    """The QueuedInfer of a request to a model with a response cache: looked up first (the cache may be
+    remote, so this runs as a Task); a miss goes to the scheduler and its response into the cache."""
 
-    __slots__ = ("_registry", "_held")
+    __slots__ = ("_task",)
 
     def __init__(
         self,
         model: ModelVersion,
         request: InferRequest,
-        shared_memory: SharedMemoryRegistry,
-        scheduler: CallbackScheduler,
-        regions: list[str],
+        shared_memory: SharedMemoryRegistry | None,
+        cache: ResponseCache,
     ) -> None:
-        self._registry = shared_memory
-        self._held = shared_memory.acquire(regions)
-        try:
-            QueuedSchedulerInfer.__init__(self, model, request, shared_memory, scheduler)
-        except BaseException:
-            self._release()
-            raise
+        Admission.__init__(self, model, request, shared_memory)
+        self._task = asyncio.ensure_future(self._answered(cache))
+
+    def then(self, callback: Answer) -> None:
+        self._task.add_done_callback(partial(_settled, callback))
 
     def cancel(self) -> None:
-        QueuedSchedulerInfer.cancel(self)  # withdrawn now, or answered before (and released then)
-        self._release()
+        self._task.cancel()
 
-    def _resolved(self, result: BackendResult) -> None:
+    async def _answered(self, cache: ResponseCache) -> InferResponse:
+        model = self.model
         try:
-            QueuedSchedulerInfer._resolved(self, result)
-        finally:
-            self._release()
+            key = self.cache_key()
+            lookup_start = time.perf_counter_ns()
+            hit = await cache.lookup(key)
+            lookup_ns = time.perf_counter_ns() - lookup_start
+            if hit is None:
+                results = await outputs_of(model.scheduler, self.backend, self)
+        except BaseException as exc:
+            self.failed(exc)
+            raise
+        if hit is not None:  # `cached` records its own failure
+            return infer_response(model, self.request, self.cached(hit, lookup_start, lookup_ns))
+        outputs = self.finish(results)
+        insert_start = time.perf_counter_ns()
+        await cache.insert(key, outputs)
+        model.statistics.record_cache_miss(lookup_ns + time.perf_counter_ns() - insert_start)
+        return infer_response(model, self.request, outputs, getattr(results, "parameters", None))
 
-    def _release(self) -> None:
-        held, self._held = self._held, ()
-        if held:
-            self._registry.release(held)
+
+def _settled(callback: Answer, task: asyncio.Future[InferResponse]) -> None:
+    if task.cancelled():
+        return  # its caller went away
+    error = task.exception()
+    callback(task.result() if error is None else error)
+
+
+async def answer_of(queued: QueuedSchedulerInfer | QueuedCachedInfer) -> InferResponse:
+    """A queued request's response, awaited on one future; a cancelled caller cancels the request."""
+    answered: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
+    queued.then(partial(_resolve, answered))
+    try:
+        return await answered
+    except asyncio.CancelledError:
+        queued.cancel()
+        raise
+
+
+def _resolve(future: asyncio.Future[InferResponse], result: InferResponse | BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
 
 
 def infer_response(

@@ -234,25 +234,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 (GRPC_WAITREAD_START, received, GRPC_WAITREAD_END, time.perf_counter_ns()),
             )
 
-    def queue(self, request: InferRequest) -> QueuedInfer | None:
-        """The request admitted and queued, to be answered by callback (see Engine.infer_queued); None
-        where the model cannot queue it so, and `infer_decoded` serves it."""
+    def queue(self, request: InferRequest) -> QueuedInfer:
+        """The request admitted and queued, to be answered by callback (see Engine.infer_queued); raises
+        the NereidError to answer instead."""
         try:
             return self._engine.infer_queued(request)
         except Exception as exc:
             self.respond(request, exc)  # which raises
             raise AssertionError("unreachable") from None
-
-    async def infer_decoded(self, request: InferRequest) -> pb.ModelInferResponse:
-        """The awaited path through the engine."""
-        try:
-            response = await self._engine.infer(request)
-        except asyncio.CancelledError:
-            drop(request)
-            raise
-        except Exception as exc:
-            return self.respond(request, exc)
-        return self.respond(request, response)
 
     def respond(self, request: InferRequest, result: InferResponse | BaseException) -> pb.ModelInferResponse:
         """The message answering the engine's result; raises the NereidError to answer instead. A traced
@@ -327,10 +316,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         calls.active += 1
         try:
             infer_request = self.decode(request, metadata)
-            queued = self.queue(infer_request)
-            if queued is None:
-                return await self.infer_decoded(infer_request)
-            return await self._answer_of(queued, infer_request)
+            return await self._answer_of(self.queue(infer_request), infer_request)
         except NereidError as exc:
             await context.abort(GRPC_STATUS[exc.status], exc.message)
         finally:
