@@ -18,7 +18,7 @@ from typing import Any
 from nereid.admission import Admission
 from nereid.cache import ResponseCache
 from nereid.repository.model import ModelVersion
-from nereid.scheduling.base import Result, Submits, outputs_of
+from nereid.scheduling.base import Result, Submits, outputs_of, resolve
 from nereid.shared_memory import SharedMemoryRegistry
 from nereid.types import InferRequest, InferResponse, InferTensor
 
@@ -146,21 +146,12 @@ def _settled(callback: Answer, task: asyncio.Future[InferResponse]) -> None:
 async def answer_of(queued: QueuedSchedulerInfer | QueuedCachedInfer) -> InferResponse:
     """A queued request's response, awaited on one future; a cancelled caller cancels the request."""
     answered: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
-    queued.then(partial(_resolve, answered))
+    queued.then(partial(resolve, answered))
     try:
         return await answered
     except asyncio.CancelledError:
         queued.cancel()
         raise
-
-
-def _resolve(future: asyncio.Future[InferResponse], result: InferResponse | BaseException) -> None:
-    if future.done():
-        return
-    if isinstance(result, BaseException):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
 
 
 def infer_response(

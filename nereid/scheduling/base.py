@@ -8,13 +8,14 @@ import os
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from nereid.backends.base import BackendRequest, BackendResult, Outputs
 from nereid.scheduling.instances import InstancePool
 from nereid.statistics import RequestTiming
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 # What a request's caller is handed, once: its outputs, or why it has none.
@@ -84,7 +85,7 @@ async def outputs_of(scheduler: Submits, request: BackendRequest, timing: Reques
         raise
 
 
-def resolve(future: asyncio.Future[Outputs], result: Result) -> None:
+def resolve(future: asyncio.Future[T], result: T | BaseException) -> None:
     """Settle a request's future once; a future already done (its caller went away) drops the result."""
     if future.done():
         return
