@@ -168,7 +168,7 @@ class TraceSetting:
         with self._lock:
             hit = False
             if self.rate != 0:
-                if (self.reason or self.count == 0) and not force:  # not valid (inlined: once a request)
+                if not self.valid and not force:
                     return False
                 self._sample += 1
                 hit = self._sample % self.rate == 0
