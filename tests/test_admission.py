@@ -17,9 +17,9 @@ import pytest
 import tritonclient.utils.shared_memory as shm
 
 from nereid.backends.base import BackendRequest, Outputs
-from nereid.engine import Engine
+from nereid.core.engine import Engine
+from nereid.core.request_checks import MAX_CHECKED_LAYOUTS, checked_request
 from nereid.errors import InternalError, InvalidArgument
-from nereid.request_checks import MAX_CHECKED_LAYOUTS, checked_request
 from nereid.scheduling.base import Done, TaskEntry, resolve
 from nereid.shared_memory import SharedMemoryRef
 from nereid.statistics import RequestTiming

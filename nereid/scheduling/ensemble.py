@@ -36,7 +36,7 @@ from nereid.statistics import ModelStatistics, RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 if TYPE_CHECKING:
-    from nereid.engine_client import ModelServices
+    from nereid.core.engine_client import ModelServices
     from nereid.repository.model import ModelVersion
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from nereid.cli import parse_settings
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from nereid.errors import InvalidArgument
 from nereid.frontends.header_forward import compile_pattern, header_forwarding
 from nereid.frontends.http import HttpFrontend

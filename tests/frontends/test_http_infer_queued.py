@@ -17,11 +17,11 @@ import orjson
 import pytest
 import tritonclient.utils.shared_memory as shm
 
-from nereid.engine import Engine
+from nereid.core.engine import Engine
+from nereid.core.queued_infer import QueuedSchedulerInfer
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
 from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, HttpResponse, _Connection
 from nereid.frontends.http.routes import MAX_KEPT_PATHS
-from nereid.queued_infer import QueuedSchedulerInfer
 from nereid.server import build_engine
 from nereid.settings import ServerSettings
 

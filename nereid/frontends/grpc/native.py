@@ -23,7 +23,7 @@ import pygrpc_native.aio
 from pygrpc_native import EVENT_CALL
 from tritonclient.grpc import service_pb2 as pb
 
-from nereid.engine_client import QueuedInfer
+from nereid.core.engine_client import QueuedInfer
 from nereid.errors import NereidError
 from nereid.frontends.grpc.servicer import InferenceServicer, drop
 from nereid.frontends.grpc.status import GRPC_STATUS

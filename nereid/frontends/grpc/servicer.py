@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from nereid.engine_client import EngineClient, QueuedInfer
+from nereid.core.engine_client import EngineClient, QueuedInfer
 from nereid.errors import DecoupledModel, InvalidArgument, NereidError, Unsupported, unexpected
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
 from nereid.frontends.grpc.inflight import InferCalls

@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
+from nereid.core.engine_client import EngineClient, ModelMetadata, QueuedInfer
 from nereid.datatypes import element_size
-from nereid.engine_client import EngineClient, ModelMetadata, QueuedInfer
 from nereid.errors import (
     DecoupledModel,
     Forbidden,

@@ -17,7 +17,7 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from nereid.frontends.grpc.native import NativeServer
 from nereid.server import build_engine
 from tests.frontends.grpc.conftest import CORES, LoopThread, core_settings, serving

@@ -4,7 +4,7 @@ The request is admitted and handed to its scheduler's `enqueue` at once, and the
 when its execution is done (no future, no Task, no coroutine per request on the default scheduler and the
 dynamic batcher): that ends it (statistics, tracing, its shared memory let go) and hands the response on.
 `Engine.infer` awaits the same object (`answer_of`); a model with a response cache looks the request up
-first (`QueuedCachedInfer`). Decoupled models stream instead (nereid.streaming).
+first (`QueuedCachedInfer`). Decoupled models stream instead (nereid.core.streaming).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from nereid.admission import Admission
 from nereid.cache import ResponseCache
+from nereid.core.admission import Admission
 from nereid.repository.model import ModelVersion
 from nereid.scheduling.base import Result, Submits, outputs_of, resolve
 from nereid.shared_memory import SharedMemoryRegistry

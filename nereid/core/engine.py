@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid import TRITON_PROTOCOL_VERSION
 from nereid.cache import create_cache
-from nereid.engine_client import (
+from nereid.core.engine_client import (
     CudaSharedMemoryRegion,
     ModelMetadata,
     ModelMetrics,
@@ -20,13 +20,13 @@ from nereid.engine_client import (
     SystemSharedMemoryRegion,
     TensorMetadata,
 )
+from nereid.core.queued_infer import QueuedCachedInfer, QueuedSchedulerInfer, answer_of
+from nereid.core.streaming import stream_decoupled
 from nereid.errors import DecoupledModel, InvalidArgument, Unavailable
 from nereid.log_settings import LogSettings, ServerLog
-from nereid.queued_infer import QueuedCachedInfer, QueuedSchedulerInfer, answer_of
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
 from nereid.shared_memory import SharedMemoryRegistry
-from nereid.streaming import stream_decoupled
 from nereid.tracing import SettingAnswer, SettingUpdate, TraceManager
 from nereid.types import InferRequest, InferResponse, StreamEvent
 
@@ -117,7 +117,7 @@ class Engine:
         return QueuedSchedulerInfer(model, request, self.shared_memory, model.scheduler)
 
     async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
-        """Any number of responses (decoupled models, see nereid.streaming); one, final, for the others."""
+        """Any number of responses (decoupled models, see nereid.core.streaming); one, final, for the others."""
         model = self.models.get(request.model_name, request.model_version, request.model_namespace)
         if not model.decoupled:
             yield StreamEvent(await self.infer(request))

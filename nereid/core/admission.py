@@ -20,6 +20,7 @@ from nereid.backends.base import BackendRequest, Outputs
 from nereid.backends.responses import ResponseStream
 from nereid.cache import CacheKey, cache_key
 from nereid.classification import classify
+from nereid.core.request_checks import checked_request, inputs_batch_size
 from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
 from nereid.errors import (
     InputDataError,
@@ -30,7 +31,6 @@ from nereid.errors import (
     request_prefix,
 )
 from nereid.repository.model import ModelVersion
-from nereid.request_checks import checked_request, inputs_batch_size
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor, RequestedOutput

@@ -3,7 +3,7 @@
 `stream_decoupled` yields StreamEvents: responses, errors (the stream goes on), and at last the final
 flag, alone or with the last response. Errors found before the model runs (bad inputs) are raised, so
 that frontends answer them as they answer `infer`. The request goes through the same admission as a
-unary one (nereid.admission): counted in flight, checked, recorded in the statistics.
+unary one (nereid.core.admission): counted in flight, checked, recorded in the statistics.
 
 When the consumer stops early (the client went away, or a gRPC stream was cancelled), the request is
 cancelled: the model sees `is_cancelled()` and should end its responses.
@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 
-from nereid.admission import Admission
 from nereid.backends.responses import ResponseStream
+from nereid.core.admission import Admission
 from nereid.errors import DecoupledModel as DecoupledModel  # re-exported: its home was here
 from nereid.errors import NereidError, unexpected
 from nereid.repository.model import ModelVersion
