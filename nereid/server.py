@@ -20,7 +20,7 @@ import grpc
 from nereid import TRITON_PROTOCOL_VERSION, __version__, heap, host
 from nereid.backends.python.process import kill_all_workers
 from nereid.cache import probe_cache
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from nereid.errors import NereidError, Unavailable
 from nereid.exit_countdown import ExitCountdown
 from nereid.frontends.grpc import start_grpc_server
@@ -28,10 +28,10 @@ from nereid.frontends.grpc.inflight import InferCalls, report_while_draining
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
 from nereid.frontends.http.listener import default_max_connections
 from nereid.frontends.http.protocol import ConnectionLimits
+from nereid.frontends.metrics import MetricsExporter, handle_metrics
 from nereid.frontends.openai import OpenAIFrontend, openai_error_response
 from nereid.gpu_metrics import GpuSampler
 from nereid.log_settings import ServerLog
-from nereid.metrics import MetricsExporter, handle_metrics
 from nereid.repository import ModelManager
 from nereid.repository.manager import RepositoryMissing
 from nereid.settings import ServerSettings

@@ -9,6 +9,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +17,10 @@ import pytest
 import tritonclient.utils.shared_memory as shm
 
 from nereid.backends.base import BackendRequest, Outputs
-from nereid.engine import Engine
+from nereid.core.engine import Engine
+from nereid.core.request_checks import MAX_CHECKED_LAYOUTS, checked_request
 from nereid.errors import InternalError, InvalidArgument
-from nereid.request_checks import MAX_CHECKED_LAYOUTS, checked_request
+from nereid.scheduling.base import Done, TaskEntry, resolve
 from nereid.shared_memory import SharedMemoryRef
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -147,7 +149,7 @@ def test_unregistering_regions_in_use_waits_for_the_requests_using_them(
         shm.set_shared_memory_region(handle, [np.arange(16, dtype=np.int32)])
         engine.register_system_shared_memory("held", key, 0, 128)
         scheduler = engine.models.get("simple").scheduler
-        run = scheduler.execute
+        enqueue = scheduler.enqueue
 
         async def scenario() -> list[list[str]]:
             started = [asyncio.Event(), asyncio.Event()]
@@ -159,12 +161,17 @@ def test_unregistering_regions_in_use_waits_for_the_requests_using_them(
                 call, calls = calls, calls + 1
                 started[call].set()
                 await gates[call].wait()
-                return await run(request, timing)
+                answered: asyncio.Future[Outputs] = asyncio.get_running_loop().create_future()
+                enqueue(request, timing, partial(resolve, answered))
+                return await answered
+
+            def held_enqueue(request: BackendRequest, timing: RequestTiming | None, done: Done) -> TaskEntry:
+                return TaskEntry(held_execute(request, timing), done)
 
             def listed() -> list[str]:
                 return [r.name for r in engine.system_shared_memory_status()]
 
-            monkeypatch.setattr(scheduler, "execute", held_execute)
+            monkeypatch.setattr(scheduler, "enqueue", held_enqueue)
             request = _simple()
             for tensor in request.inputs:
                 tensor.shared_memory = SharedMemoryRef("held", 0, 64)

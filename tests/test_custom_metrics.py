@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nereid.custom_metrics import COUNTER, GAUGE, HISTOGRAM, CustomMetrics, MetricError
-from nereid.metrics import _custom_family
+from nereid.frontends.metrics import _custom_family
 
 
 def _text(registry: CustomMetrics) -> str:

@@ -6,8 +6,8 @@ import inspect
 import subprocess
 import sys
 
-from nereid.engine import Engine
-from nereid.engine_client import EngineClient, ModelServices
+from nereid.core.engine import Engine
+from nereid.core.engine_client import EngineClient, ModelServices
 
 
 def _nereid_modules_after(imports: str) -> list[str]:
@@ -23,15 +23,15 @@ def _nereid_modules_after(imports: str) -> list[str]:
 
 def test_frontends_import_nothing_of_the_core() -> None:
     core = (
-        "nereid.engine.",
-        "nereid.streaming",
-        "nereid.admission",
+        "nereid.core.engine.",
+        "nereid.core.streaming",
+        "nereid.core.admission",
         "nereid.repository",
         "nereid.backends",
         "nereid.scheduling",
-        "nereid.request_checks",
+        "nereid.core.request_checks",
     )
-    loaded = _nereid_modules_after("nereid.frontends.http, nereid.frontends.grpc, nereid.metrics")
+    loaded = _nereid_modules_after("nereid.frontends.http, nereid.frontends.grpc, nereid.frontends.metrics")
     assert "nereid.frontends.grpc.servicer" in loaded
     assert [m for m in loaded if (m + ".").startswith(core)] == []
 
@@ -39,13 +39,14 @@ def test_frontends_import_nothing_of_the_core() -> None:
 def test_the_engine_client_imports_nothing_of_the_core() -> None:
     allowed = {
         "nereid",
-        "nereid.engine_client",
+        "nereid.core",
+        "nereid.core.engine_client",
         "nereid.types",
         "nereid.errors",
         "nereid.shared_memory",
         "nereid.cuda_memory",  # shared memory's CUDA regions (CuPy is imported only when one is registered)
     }
-    assert set(_nereid_modules_after("nereid.engine_client")) <= allowed
+    assert set(_nereid_modules_after("nereid.core.engine_client")) <= allowed
 
 
 def test_the_engine_implements_every_method_with_the_same_parameters() -> None:

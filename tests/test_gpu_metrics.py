@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from nereid.frontends.metrics import MetricsExporter
 from nereid.gpu_metrics import GpuSampler
-from nereid.metrics import MetricsExporter
 from nereid.server import build_engine
 from nereid.settings import ServerSettings
 from tests.conftest import EXAMPLES

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from nereid.metrics import Family, MetricsExporter
+from nereid.frontends.metrics import Family, MetricsExporter
 from nereid.server import build_engine
 from nereid.settings import MetricsConfig, ServerSettings
 from nereid.types import InferRequest, InferTensor
@@ -97,7 +97,7 @@ def test_summaries_replace_counters_when_configured() -> None:
 def test_a_cached_model_has_no_request_summary_as_in_triton() -> None:
     """Triton leaves the request-duration summary out for a model whose responses are cached, and keeps
     its other summaries."""
-    from nereid.engine_client import ModelMetrics
+    from nereid.core.engine_client import ModelMetrics
     from nereid.statistics import ModelStatistics
 
     class Models:
@@ -123,7 +123,7 @@ def test_a_cached_model_has_no_request_summary_as_in_triton() -> None:
 
 
 def test_cache_summaries_for_the_models_whose_responses_are_cached() -> None:
-    from nereid.engine_client import ModelMetrics
+    from nereid.core.engine_client import ModelMetrics
     from nereid.statistics import ModelStatistics
 
     cached = ModelStatistics(summaries=True)

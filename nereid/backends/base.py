@@ -16,8 +16,8 @@ from nereid.types import SEQUENCE_START as SEQUENCE_START
 
 if TYPE_CHECKING:
     from nereid.backends.responses import ResponseStream
+    from nereid.core.engine_client import ModelServices
     from nereid.custom_metrics import CustomMetrics
-    from nereid.engine_client import ModelServices
     from nereid.tracing.trace import RequestTrace
 
 Outputs = dict[str, np.ndarray]

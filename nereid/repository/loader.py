@@ -15,8 +15,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends import BACKEND_PLATFORMS, InstanceSpec, backend_name, get_backend
 from nereid.backends.base import AsyncModelInstance, Backend, ModelInstance
+from nereid.core.engine_client import ModelServices
 from nereid.custom_metrics import CustomMetrics
-from nereid.engine_client import ModelServices
 from nereid.errors import InvalidArgument, ModelConfigError, NereidError, Unavailable
 from nereid.gpus import visible_gpu_count
 from nereid.model_config import (

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from nereid.core.engine_client import ModelServices
 from nereid.custom_metrics import CustomMetrics
-from nereid.engine_client import ModelServices
 from nereid.errors import InvalidArgument, NereidError, NotFound, PollFailed, Unavailable
 from nereid.log_settings import verbose
 from nereid.repository.ensemble import order_for_loading, source_ensemble_members, with_ensemble_members

@@ -19,17 +19,18 @@ from functools import partial
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from nereid.backends.base import (
-    AsyncModelInstance,
-    BackendRequest,
-    BackendResult,
-    ModelInstance,
-    Outputs,
+from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance
+from nereid.errors import QueueFull, QueueTimeout, request_prefix
+from nereid.scheduling.base import (
+    DELAY_SCHEDULER_ENV,
+    Done,
+    PooledScheduler,
+    delay_count,
+    record_timing,
+    settle,
 )
-from nereid.errors import QueueFull, QueueTimeout, Unavailable, request_prefix
-from nereid.scheduling.base import DELAY_SCHEDULER_ENV, delay_count
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
-from nereid.scheduling.instances import InstancePool, settle
+from nereid.scheduling.instances import InstancePool, unloading
 from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.statistics import ModelStatistics, RequestTiming
 
@@ -108,10 +109,10 @@ class BatcherConfig:
 class QueuedRequest(Pending):
     """A request in the batcher's queue, itself the Pending the policy reads (one object per request, not
     two; written out, since a dataclass could only take these fields by keyword, at a cost). Its outputs
-    or its error go to `done`, called once on the event loop, where the caller gave one (no future, no
-    callback scheduled per request); else to `future`."""
+    or its error go to `done`, called once on the event loop (no future, no callback scheduled per
+    request)."""
 
-    __slots__ = ("request", "future", "timing", "queued_ns", "done")
+    __slots__ = ("request", "timing", "queued_ns", "done")
     __eq__ = object.__eq__  # an entry is itself, whatever its fields: not a dataclass's equality
     __hash__ = object.__hash__
 
@@ -124,10 +125,9 @@ class QueuedRequest(Pending):
         deadline: float | None,
         delay_on_timeout: bool,
         request: BackendRequest,
-        future: asyncio.Future[Outputs] | None,
         timing: RequestTiming | None,
         queued_ns: int,
-        done: Callable[[BackendResult], None] | None = None,
+        done: Done,
     ) -> None:
         self.batch_size = batch_size
         self.shape = shape
@@ -136,10 +136,9 @@ class QueuedRequest(Pending):
         self.deadline = deadline
         self.delay_on_timeout = delay_on_timeout
         self.request = request
-        self.future = future
         self.timing = timing
         self.queued_ns = queued_ns
-        self.done = done
+        self.done: Done | None = done
 
 
 @dataclass(eq=False, slots=True)
@@ -151,7 +150,7 @@ class _Batch:
     infer_ns: int = 0
 
 
-class DynamicBatcher:
+class DynamicBatcher(PooledScheduler):
     def __init__(
         self,
         model_label: str,
@@ -200,26 +199,10 @@ class DynamicBatcher:
         )
 
     # the Scheduler protocol
-    async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
-        entry = self.enqueue(request, timing)
-        assert entry.future is not None
-        try:
-            return await entry.future
-        except asyncio.CancelledError:
-            self.withdraw(entry)
-            raise
-
-    def enqueue(
-        self,
-        request: BackendRequest,
-        timing: RequestTiming | None = None,
-        done: Callable[[BackendResult], None] | None = None,
-    ) -> QueuedRequest:
-        """Queue a request without waiting for it: `done` (else the entry's future) gets its outputs or its
-        error once, on the event loop, for a caller that waits with no coroutine (the HTTP infer path). A
-        caller that goes away calls `withdraw`."""
+    def enqueue(self, request: BackendRequest, timing: RequestTiming | None, done: Done) -> QueuedRequest:
+        """Queue a request: `done` gets its outputs or its error once, on the event loop."""
         if self.pool.closed:
-            raise Unavailable(f"model {self._label} is unloading")
+            raise unloading(self._label)
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -237,7 +220,7 @@ class DynamicBatcher:
             raise QueueFull(f"{request_prefix(request.id)}Exceeds maximum queue size")
         now = self._clock()
         requested_us = request.timeout_us
-        # what `timeout_us` gives a request that asks for none, without the call
+        # a request that asks for no timeout has the level's default, with no call
         timeout_us = (
             queue_policy.timeout_us(requested_us) if requested_us else queue_policy.default_timeout_us
         )
@@ -258,7 +241,6 @@ class DynamicBatcher:
             now + timeout_us / 1e6 if timeout_us else None,
             queue_policy.delay_on_timeout,
             request,
-            loop.create_future() if done is None else None,
             timing,
             time.perf_counter_ns(),
             done,
@@ -268,9 +250,8 @@ class DynamicBatcher:
             self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
         if entry.deadline is not None:  # so that it is rejected on time even while no instance is free
             self._arm(entry.deadline)
-        if not self._deciding_soon:  # _decide_soon, inline: all but the turn's first request skip it
-            self._deciding_soon = True
-            loop.call_soon(self._decided_soon)
+        if not self._deciding_soon:  # the turn's first request: the others join its decision
+            self._decide_soon()
         return entry
 
     def _policy_view(self, request: BackendRequest) -> tuple[int, Hashable]:
@@ -295,18 +276,6 @@ class DynamicBatcher:
 
     def pending(self) -> int:
         return len(self._queue)
-
-    def refuse_new_sequences(self) -> None:
-        """No sequences here."""
-
-    def waiting_sequences(self) -> int:
-        return 0
-
-    def unavailable_reason(self) -> str | None:
-        return self.pool.unavailable_reason()
-
-    async def model_ready(self) -> bool:
-        return await self.pool.model_ready()
 
     def stop(self) -> None:
         """Fail what is still queued, let running batches finish, then close the instances.
@@ -419,29 +388,15 @@ class DynamicBatcher:
             self._statistics.record_execution(size, 0, batch.infer_ns, time.perf_counter_ns() - answering)
         started_ns = batch.started_ns
         infer_ns = batch.infer_ns
-        # One pass per request: its timing (read when it is answered), then its answer (settle, inline).
         for entry, result in zip(entries, batch.results, strict=True):
-            timing = entry.timing
-            if timing is not None:
-                queue_ns = started_ns - entry.queued_ns
-                timing.queue_ns = queue_ns if queue_ns > 0 else 0
-                timing.infer_ns = infer_ns
-                timing.batched = True
-            done = entry.done
-            if done is None:
-                settle(entry, result)  # to its future, if its caller is still there
-                continue
-            entry.done = None
-            try:
-                done(result)
-            except Exception:  # one caller's failure must not keep the others (or the scheduler) waiting
-                log.exception("a request's completion failed")
+            record_timing(entry.timing, entry.queued_ns, started_ns, infer_ns, batched=True)
+            settle(entry, result)
 
     def _fail_queued(self) -> None:
         queued, self._queue = self._queue, []
         self._queued_per_level.clear()
         for entry in queued:
-            settle(entry, Unavailable(f"model {self._label} is unloading"))
+            settle(entry, unloading(self._label))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = self._timer_at = None

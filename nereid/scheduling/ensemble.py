@@ -30,12 +30,13 @@ from nereid.backends.base import BackendRequest, Outputs
 from nereid.backends.responses import ResponseStream
 from nereid.datatypes import wire_datatype
 from nereid.errors import InternalError, NereidError, QueueFull, unexpected
+from nereid.scheduling.base import Done, TaskEntry
 from nereid.scheduling.ensemble_shapes import reshape_for
 from nereid.statistics import ModelStatistics, RequestTiming
 from nereid.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 if TYPE_CHECKING:
-    from nereid.engine_client import ModelServices
+    from nereid.core.engine_client import ModelServices
     from nereid.repository.model import ModelVersion
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,13 @@ class EnsembleScheduler:
             log.info(
                 "Ensemble model '%s' configured with max_inflight_requests: %d", name, self._max_inflight
             )
+
+    def enqueue(self, request: BackendRequest, timing: RequestTiming | None, done: Done) -> TaskEntry:
+        """The Scheduler primitive: the steps run as a Task, which answers `done`."""
+        return TaskEntry(self.execute(request, timing), done)
+
+    def withdraw(self, entry: TaskEntry) -> None:
+        entry.withdraw()
 
     async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
         start = time.perf_counter_ns()

@@ -18,9 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import cast
 
-from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance, Outputs
+from nereid.backends.base import AsyncModelInstance, BackendRequest, BackendResult, ModelInstance
 from nereid.errors import InternalError, NereidError, Unavailable
 from nereid.scheduling.rate_limiter import Claim, RateLimiter
 
@@ -191,7 +191,7 @@ class InstancePool:
         if loop is not self._loop:
             self._attach(loop)
         if self.closed:
-            error = Unavailable(f"model {self.label} is unloading")
+            error = unloading(self.label)
             done([error] * len(requests), 0, 0)
             return
         if limited and self._limiter is not None:
@@ -359,31 +359,6 @@ class InstancePool:
             self._limiter.unregister(self._claims)
 
 
-class Answerable(Protocol):
-    """A request a scheduler holds: answered by `done` where the caller gave one, else by `future`."""
-
-    done: Callable[[BackendResult], None] | None
-    future: asyncio.Future[Outputs] | None
-
-
-def settle(entry: Answerable, result: BackendResult) -> None:
-    """Hand a request its result, once: to its callback, or to its future (unless its caller left)."""
-    done = entry.done
-    if done is not None:
-        entry.done = None
-        try:
-            done(result)
-        except Exception:  # one caller's failure must not keep the others (or the scheduler) waiting
-            log.exception("a request's completion failed")
-    elif entry.future is not None:
-        resolve(entry.future, result)
-
-
-def resolve(future: asyncio.Future[Outputs], result: BackendResult | BaseException) -> None:
-    """Settle a request's future once; a future already done (its caller went away) drops the result."""
-    if future.done():
-        return
-    if isinstance(result, BaseException):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
+def unloading(label: str) -> Unavailable:
+    """What a request to a model whose instances are closing is answered."""
+    return Unavailable(f"model {label} is unloading")

@@ -16,7 +16,6 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -29,28 +28,27 @@ from nereid.backends.base import (
     BackendRequest,
     BackendResult,
     ModelInstance,
-    Outputs,
     batch_elements,
 )
 from nereid.errors import InvalidArgument, Unavailable
-from nereid.scheduling.base import BACKLOG_DELAY_SCHEDULER_ENV, DELAY_SCHEDULER_ENV, delay_count
+from nereid.scheduling.base import (
+    BACKLOG_DELAY_SCHEDULER_ENV,
+    DELAY_SCHEDULER_ENV,
+    Done,
+    Job,
+    PooledScheduler,
+    delay_count,
+    record_timing,
+    settle,
+)
 from nereid.scheduling.batch_policy import BatchPolicy, Pending, decide
-from nereid.scheduling.instances import InstancePool, resolve
+from nereid.scheduling.instances import InstancePool, unloading
 from nereid.scheduling.rate_limiter import Claim, RateLimiter
 from nereid.scheduling.sequence_policy import DirectPolicy, SlotId, SlotTable, decide_direct, idle_expired
 from nereid.scheduling.sequence_tensors import SequenceTensors, State
 from nereid.statistics import ModelStatistics, RequestTiming
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    request: BackendRequest
-    future: asyncio.Future[Outputs]
-    arrival: float  # monotonic seconds
-    timing: RequestTiming | None
-    queued_ns: int
 
 
 class _Sequence:
@@ -60,7 +58,7 @@ class _Sequence:
 
     def __init__(self, correlation_id: int | str, now: float) -> None:
         self.correlation_id = correlation_id
-        self.jobs: collections.deque[_Job] = collections.deque()
+        self.jobs: collections.deque[Job] = collections.deque()
         self.state: State | None = None
         self.slot: SlotId | None = None  # None while in the backlog
         self.running = False  # a request of it is executing
@@ -86,7 +84,7 @@ class _Batcher:
         self.timer: asyncio.TimerHandle | None = None
 
 
-class SequenceBatcher:
+class SequenceBatcher(PooledScheduler):
     """Triton's sequence batcher for one model version: slots per instance, a backlog, idle release."""
 
     def __init__(
@@ -147,8 +145,9 @@ class SequenceBatcher:
                 self._backlog_held_until,
             )
 
-    async def execute(self, request: BackendRequest, timing: RequestTiming | None = None) -> Outputs:
-        """The request's outputs, once the requests of its sequence before it have run."""
+    def enqueue(self, request: BackendRequest, timing: RequestTiming | None, done: Done) -> Job:
+        """Queue a request behind the requests of its sequence before it: `done` gets its outputs or its
+        error once, on the event loop."""
         if self._batch_dimension and batch_elements(request) > 1:
             # Triton's sequence batcher does not take requests that are batched already.
             raise InvalidArgument(
@@ -161,7 +160,7 @@ class SequenceBatcher:
                 f"inference request to model '{self._model}' must specify a non-zero or non-empty correlation ID"
             )
         if self.pool.closed:
-            raise Unavailable(f"model {self._label} is unloading")
+            raise unloading(self._label)
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -193,9 +192,9 @@ class SequenceBatcher:
                 correlation_id,
                 self._model,
             )
-        future: asyncio.Future[Outputs] = loop.create_future()
         queued_ns = time.perf_counter_ns() if timing is not None else 0
-        sequence.jobs.append(_Job(request, future, now, timing, queued_ns))
+        job = Job(request, timing, queued_ns, done, now)
+        sequence.jobs.append(job)
         sequence.last_active = now
         if request.flags & SEQUENCE_END:
             del self._sequences[correlation_id]  # later requests for this id must start a new sequence
@@ -216,8 +215,12 @@ class SequenceBatcher:
         if self._held_until:
             self._release_hold()
         self._arm_idle()
-        # A cancelled caller's request still runs when its turn comes, so the sequence's state stays whole.
-        return await future
+        return job
+
+    def withdraw(self, job: Job) -> None:
+        """Its caller went away: the request still runs when its turn comes, so that the sequence's state
+        stays whole; its result is dropped."""
+        job.done = None
 
     def pending(self) -> int:
         """Requests waiting to run, in slots and in the backlog."""
@@ -235,12 +238,6 @@ class SequenceBatcher:
     def waiting_sequences(self) -> int:
         return sum(1 for s in self._sequences.values() if not s.jobs and not s.running)
 
-    def unavailable_reason(self) -> str | None:
-        return self.pool.unavailable_reason()
-
-    async def model_ready(self) -> bool:
-        return await self.pool.model_ready()
-
     def stop(self) -> None:
         """Fail what still waits, let running batches finish, then release the instances (callable from
         any thread)."""
@@ -250,7 +247,7 @@ class SequenceBatcher:
         waiting = [s for b in self._batchers for s in b.slots if s is not None] + self._table.backlog()
         for sequence in waiting:
             while sequence.jobs:
-                resolve(sequence.jobs.popleft().future, Unavailable(f"model {self._label} is unloading"))
+                settle(sequence.jobs.popleft(), unloading(self._label))
 
     # slots
     def _seat(self, sequence: _Sequence, slot: SlotId) -> None:
@@ -317,7 +314,7 @@ class SequenceBatcher:
             batch_size = max(_slot_index(s) for s in ready) + 1
         else:
             batch_size = 0  # the elements of the requests, counted when they finish
-        jobs: list[tuple[_Job, _Sequence]] = []
+        jobs: list[tuple[Job, _Sequence]] = []
         requests: list[BackendRequest] = []
         for sequence in chosen:
             job = sequence.jobs.popleft()
@@ -365,7 +362,7 @@ class SequenceBatcher:
     def _finished(
         self,
         batcher: _Batcher,
-        jobs: list[tuple[_Job, _Sequence]],
+        jobs: list[tuple[Job, _Sequence]],
         batch_size: int,
         results: list[BackendResult],
         started_ns: int,
@@ -374,17 +371,14 @@ class SequenceBatcher:
         elapsed_ns = ended_ns - started_ns
         now = time.monotonic()
         for (job, sequence), result in zip(jobs, results, strict=True):
-            if job.timing is not None:
-                job.timing.queue_ns = max(0, started_ns - job.queued_ns)
-                job.timing.infer_ns = elapsed_ns
-                job.timing.batched = True  # the execution is recorded once, below
+            record_timing(job.timing, job.queued_ns, started_ns, elapsed_ns, batched=True)  # recorded below
             if isinstance(result, dict) and self._tensors.has_state:
                 sequence.state = self._tensors.take_state(job.request, result, sequence.state)
             sequence.running = False
             sequence.last_active = now
             if sequence.jobs and sequence.slot is not None:
                 self._batchers[sequence.slot.instance].waiting[sequence] = None
-            resolve(job.future, result)
+            settle(job, result)
         if self._statistics is not None:
             inferences = (
                 sum(batch_elements(j.request) for j, _ in jobs) if self._batch_dimension else len(jobs)
@@ -416,8 +410,8 @@ class SequenceBatcher:
             if self._sequences.get(sequence.correlation_id) is sequence:
                 del self._sequences[sequence.correlation_id]  # a later request must START again
             while sequence.jobs:
-                resolve(
-                    sequence.jobs.popleft().future,
+                settle(
+                    sequence.jobs.popleft(),
                     Unavailable("timeout of the corresponding sequence has been expired"),
                 )
 

@@ -57,9 +57,6 @@ class TraceManager:
         setting = self._models.get(model_name, self._global)
         exporter = self._exporter
         if exporter is None:  # Triton mode: nothing forces a sample, and a setting OFF samples nothing
-            if setting.every:  # `start`'s common case inline: the trace, counted with no lock
-                next(setting.started)
-                return setting.new_trace(setting, self._ids, received)
             return setting.start(self._ids, received)
         if setting.level == LEVEL_OFF:
             return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import orjson
@@ -59,7 +59,7 @@ class Layout:
 
         before = 0
         if head is not None:
-            model_name, version, request_id, before = head  # type: ignore[misc]
+            model_name, version, request_id, before = cast("tuple[str, int, str, int]", head)
             stamps(0, before)
             parts.extend(
                 (b'{"id":', 0, b',"model_name":%s,"model_version":%d' % (orjson.dumps(model_name), version))
@@ -121,9 +121,9 @@ class Layout:
         numbers = values.reshape(-1)
         digits = np.empty((len(numbers), chunks), dtype=np.uint32)
         for chunk in range(chunks - 1, -1, -1):
-            high = numbers // 10000  # by a constant: numpy divides by multiplying
-            digits[:, chunk] = _DIGITS4.take(numbers - high * 10000)
-            numbers = high
+            quotient = numbers // 10000  # by a constant: numpy divides by multiplying
+            digits[:, chunk] = _DIGITS4.take(numbers - quotient * 10000)
+            numbers = quotient
         digits8 = digits.view(np.uint8).reshape(count, self.width, chunks * 4)
         out = np.empty((count, len(text)), dtype=np.uint8)
         out[:] = text
@@ -177,7 +177,7 @@ class TraceFormatter:
         values: list[int] = []
         for trace in traces:
             keep(self, trace, kept, values)
-        return b"".join(self.batch(kept, values)) if kept else b""
+        return b"".join(buffers(self.batch(kept, values))) if kept else b""
 
     def batch(self, kept: Sequence[Layout | bytes], values: list[int]) -> list[bytes | np.ndarray]:
         """The records of the traces kept (not none), comma-separated, in pieces to write one after the
@@ -191,7 +191,7 @@ class TraceFormatter:
         at = 0
         for layout, run in itertools.groupby(kept):
             if isinstance(layout, bytes):
-                parts.extend(record + b"," for record in run)
+                parts.extend(cast(bytes, record) + b"," for record in run)
                 continue
             count = len(list(run))
             end = at + count * layout.width
@@ -234,3 +234,8 @@ def tensor_text(datatype: str, data: np.ndarray) -> str:
     if datatype == "BOOL":
         return ",".join("1" if v else "0" for v in flat)
     return ",".join(str(int(v)) for v in flat)
+
+
+def buffers(pieces: Sequence[bytes | np.ndarray]) -> Sequence[bytes]:
+    """Pieces to join or write as they are: a numpy array is a buffer too, which numpy's stubs do not say."""
+    return cast("Sequence[bytes]", pieces)

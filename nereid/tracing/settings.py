@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nereid.tracing.config import LEVEL_OFF, LEVEL_TENSORS, LEVEL_TIMESTAMPS
-from nereid.tracing.records import Layout, TraceFormatter, keep
+from nereid.tracing.records import Layout, TraceFormatter, buffers, keep
 from nereid.tracing.trace import PLAIN_NAMES, PlainTrace, RequestTrace
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class TraceFile:
                     self._index += 1
                 with open(f"{self.name}.{index}", "wb") as file:
                     file.write(b"[")
-                    file.writelines(traces)
+                    file.writelines(buffers(traces))
                     file.write(b"]")
                 return
             with self._lock:
@@ -73,7 +73,7 @@ class TraceFile:
                 else:
                     stream = self._stream  # type: ignore[assignment]
                     stream.write(b",")
-                stream.writelines(traces)  # type: ignore[attr-defined]
+                stream.writelines(buffers(traces))
                 stream.flush()
         except OSError as exc:
             log.error("failed creating trace file: %s", exc)
@@ -168,7 +168,7 @@ class TraceSetting:
         with self._lock:
             hit = False
             if self.rate != 0:
-                if (self.reason or self.count == 0) and not force:  # not valid (inlined: once a request)
+                if not self.valid and not force:
                     return False
                 self._sample += 1
                 hit = self._sample % self.rate == 0

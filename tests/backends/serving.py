@@ -12,8 +12,8 @@ import numpy as np
 
 from nereid.backends import BackendRequest, InstanceSpec, get_backend
 from nereid.backends.base import BackendResult
+from nereid.core.engine import Engine
 from nereid.datatypes import wire_datatype
-from nereid.engine import Engine
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
 from nereid.types import InferRequest, InferTensor

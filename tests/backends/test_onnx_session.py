@@ -10,7 +10,7 @@ from typing import Any
 
 import onnxruntime as ort
 
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from tests.backends.serving import failure, model_dir, serving
 from tests.conftest import EXAMPLES
 

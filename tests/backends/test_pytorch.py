@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from nereid.types import SEQUENCE_START, InferRequest, InferTensor
 from tests.backends.serving import (
     execute_together,

@@ -13,7 +13,7 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from nereid.cli import parse_settings
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from nereid.errors import InvalidArgument
 from nereid.frontends.header_forward import compile_pattern, header_forwarding
 from nereid.frontends.http import HttpFrontend
@@ -63,20 +63,14 @@ def test_the_flags_are_parsed_and_bad_patterns_refused() -> None:
 
 
 class _Recording:
-    """Wraps an engine's infer and infer_queued to keep the requests the frontend built."""
+    """Wraps an engine's infer_queued, which every unary request goes through (`infer` too), to keep the
+    requests the frontend built."""
 
     def __init__(self, engine: Engine) -> None:
         self.requests: list[InferRequest] = []
-        infer = engine.infer
-
-        async def recording(request: InferRequest) -> Any:
-            self.requests.append(request)
-            return await infer(request)
-
-        engine.infer = recording  # type: ignore[method-assign]
         infer_queued = engine.infer_queued
 
-        def recording_queued(request: InferRequest) -> Any:  # unary calls queued by callback
+        def recording_queued(request: InferRequest) -> Any:
             self.requests.append(request)
             return infer_queued(request)
 

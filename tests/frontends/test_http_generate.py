@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nereid.engine_client import ModelMetadata, TensorMetadata
+from nereid.core.engine_client import ModelMetadata, TensorMetadata
 from nereid.errors import NereidError
 from nereid.frontends.http.generate import generate_request
 

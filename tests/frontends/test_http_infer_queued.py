@@ -17,11 +17,11 @@ import orjson
 import pytest
 import tritonclient.utils.shared_memory as shm
 
-from nereid.engine import Engine
+from nereid.core.engine import Engine
+from nereid.core.queued_infer import QueuedSchedulerInfer
 from nereid.frontends.http import HttpFrontend, HttpServer, error_response
 from nereid.frontends.http.protocol import DeferredResponse, HttpRequest, HttpResponse, _Connection
 from nereid.frontends.http.routes import MAX_KEPT_PATHS
-from nereid.queued_infer import QueuedSchedulerInfer, QueuedSharedMemoryInfer
 from nereid.server import build_engine
 from nereid.settings import ServerSettings
 
@@ -175,7 +175,7 @@ def test_a_request_in_shared_memory_is_queued_with_its_regions_held(
         waiting, waiting_transport = _connect(server)
         waiting.data_received(_infer_in_regions("in", "out"))
         assert model.scheduler.pending() == 1  # queued by callback, not awaited
-        assert isinstance(model.scheduler._queue[0].timing, QueuedSharedMemoryInfer)
+        assert isinstance(model.scheduler._queue[0].timing, QueuedSchedulerInfer)
         # Unregistered while the request is queued: the regions stay until it is answered.
         registry.unregister_system()
         assert sorted(r["name"] for r in registry.system_status()) == ["in", "out"]

@@ -15,7 +15,7 @@ import pytest
 import tritonclient.utils.shared_memory as shm
 from tritonclient.grpc import service_pb2 as pb
 
-from nereid.admission import _read_shared_memory_inputs
+from nereid.core.admission import _read_shared_memory_inputs
 from nereid.errors import InputDataError, InvalidArgument
 from nereid.frontends.grpc.codec import decode_infer_request as decode_grpc
 from nereid.frontends.http.codec import decode_infer_request as decode_http

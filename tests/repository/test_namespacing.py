@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from nereid.errors import InvalidArgument, NotFound, PollFailed
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings

@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid.backends.base import BackendRequest, Outputs
 from nereid.backends.responses import ResponseStream
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from nereid.errors import DecoupledModel, NereidError, QueueFull
 from nereid.scheduling.ensemble import EnsembleMembers, EnsembleScheduler, EnsembleStep
 from nereid.types import InferRequest, InferResponse, InferTensor, StreamEvent

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from nereid.types import InferRequest, InferTensor
 from tests.backends.serving import serving
 

@@ -11,8 +11,9 @@ import pytest
 
 from nereid.backends.base import BackendRequest, BackendResult, ExecutionDone
 from nereid.errors import InternalError, NereidError, Unavailable
+from nereid.scheduling.base import resolve
 from nereid.scheduling.default import DefaultScheduler
-from nereid.scheduling.instances import InstancePool, resolve
+from nereid.scheduling.instances import InstancePool
 
 
 class GatedInstance:
@@ -320,6 +321,7 @@ def test_a_cancelled_request_is_skipped_while_queued_and_dropped_while_running()
         tasks[0].cancel()  # running: its result is dropped
         tasks[1].cancel()  # held on the instance's thread behind it: skipped
         tasks[2].cancel()  # waiting in the scheduler: never submitted
+        await asyncio.sleep(0)  # the callers see their cancellation, and withdraw their requests
         instance.gate.set()
         results = await asyncio.gather(*tasks, return_exceptions=True)
         assert all(isinstance(r, asyncio.CancelledError) for r in results[:3])

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from nereid.backends.python.worker import wire
-from nereid.engine_client import ModelServices
+from nereid.core.engine_client import ModelServices
 from nereid.errors import InvalidArgument, NereidError, NotFound, Unavailable, unexpected
 from nereid.types import (
     SEQUENCE_END,

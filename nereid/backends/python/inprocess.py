@@ -38,8 +38,8 @@ from nereid.backends.python.worker.errors import status_name
 from nereid.backends.python.worker.stub import _check_responses as check_responses
 from nereid.backends.python.worker.stub import describe, import_model
 from nereid.backends.responses import ResponseStream
+from nereid.core.engine_client import ModelServices
 from nereid.custom_metrics import MetricError, MetricsScope
-from nereid.engine_client import ModelServices
 from nereid.errors import InternalError, NereidError, Unavailable
 from nereid.types import InferResponse, InferTensor
 

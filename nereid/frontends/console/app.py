@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from nereid.engine_client import EngineClient
+from nereid.core.engine_client import EngineClient
 from nereid.frontends.console.source import ConsoleSource
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.frontends.http.routes import Route, RouteTable

@@ -12,8 +12,8 @@ import os
 import time
 from typing import Any
 
-from nereid import metrics  # a module import: nereid.metrics imports the HTTP frontend, which mounts this
-from nereid.engine_client import EngineClient
+from nereid.core.engine_client import EngineClient
+from nereid.frontends import metrics  # a module import: it imports the HTTP frontend, which mounts this
 from nereid.frontends.console.hints import BatchingSetup, BatchingWindow, Hint, batching_hint
 
 HINT_WINDOW_S = 10.0  # the hint reads the last this-many seconds of each model's statistics

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
+from nereid.core.request_checks import check_sequence_id
 from nereid.datatypes import (
     WIRE_DATATYPES,
     check_string_count,
@@ -19,7 +20,6 @@ from nereid.datatypes import (
     tensor_to_bytes,
 )
 from nereid.errors import InputDataError, InvalidArgument, request_prefix
-from nereid.request_checks import check_sequence_id
 from nereid.shared_memory import SharedMemoryRef
 from nereid.tensor_data import element_count
 from nereid.types import (

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from nereid.engine_client import EngineClient
+from nereid.core.engine_client import EngineClient
 
 SERVICE = "grpc.health.v1.Health"
 SERVING = 1

@@ -3,10 +3,9 @@
 The server runs each call as a Task through several coroutines (its own, then the servicer's, then the
 engine's); for a model that takes microseconds that is a good share of a request's CPU. Here a ModelInfer
 call is parsed, decoded and queued as its event arrives, and the dynamic batcher's callback encodes and
-sends the answer (see Engine.infer_queued): no Task, no context, no coroutine per request. Requests that
-cannot queue so (other schedulers, shared memory, decoupled models) run as one Task through the
-servicer's awaited path. Calls that this does not take (with interceptors, oversized or malformed
-messages, other methods) go to the server's own path, which answers them as before.
+sends the answer (see Engine.infer_queued): no Task, no context, no coroutine per request. Calls that
+this does not take (with interceptors, oversized or malformed messages, other methods) go to the
+server's own path, which answers them as before.
 
 The pending calls sit in the server's table of calls, so that its handling of a client that cancels and of
 stop (in-flight calls answered within the grace period, then cancelled) covers them. This leans on the
@@ -24,7 +23,7 @@ import pygrpc_native.aio
 from pygrpc_native import EVENT_CALL
 from tritonclient.grpc import service_pb2 as pb
 
-from nereid.engine_client import QueuedInfer
+from nereid.core.engine_client import QueuedInfer
 from nereid.errors import NereidError
 from nereid.frontends.grpc.servicer import InferenceServicer, drop
 from nereid.frontends.grpc.status import GRPC_STATUS
@@ -103,10 +102,7 @@ class NativeServer(pygrpc_native.aio.Server):
         call = _InferCall(self, call_id, request, queued)
         self._calls[call_id] = call  # type: ignore[assignment]
         servicer.calls.active += 1  # until it leaves the table: what a stopping server waits for
-        if queued is None:
-            call.task = self._loop.create_task(call.awaited())  # type: ignore[union-attr]
-        else:
-            queued.then(call.answered)
+        queued.then(call.answered)
         return True
 
     async def stop(self, grace: float | None) -> None:
@@ -120,30 +116,26 @@ class NativeServer(pygrpc_native.aio.Server):
 
 
 class _InferCall:
-    """A ModelInfer call in flight: queued (answered by the batcher's callback) or awaited (a Task)."""
+    """A ModelInfer call in flight, answered by its scheduler's callback; `task`, a future the server waits
+    on as it stops."""
 
-    __slots__ = ("_server", "call_id", "_request", "_queued", "task", "_cancelled")
+    __slots__ = ("_server", "call_id", "_request", "_queued", "task")
 
     def __init__(
-        self, server: NativeServer, call_id: int, request: InferRequest, queued: QueuedInfer | None
+        self, server: NativeServer, call_id: int, request: InferRequest, queued: QueuedInfer
     ) -> None:
         self._server = server
         self.call_id = call_id
         self._request = request
         self._queued = queued
         self.task: asyncio.Future[Any] | None = None
-        self._cancelled = False
 
     def cancel(self) -> None:
         """The client went away (or its deadline passed): nothing is sent."""
-        self._cancelled = True
         if not self._release():
             return  # answered already
-        if self._queued is not None:
-            self._queued.cancel()
-            drop(self._request)
-        if self.task is not None:  # awaited: its CancelledError ends its trace
-            self.task.cancel()
+        self._queued.cancel()
+        drop(self._request)
 
     def drained(self, future: asyncio.Future[Any]) -> None:
         """The server stops and cancelled the future it waited on: withdraw the request."""
@@ -162,22 +154,6 @@ class _InferCall:
             self._fail(GRPC_STATUS[exc.status], exc.message)
             return
         self._send(data)
-
-    async def awaited(self) -> None:
-        server = self._server
-        try:
-            message = await server._servicer.infer_decoded(self._request)
-        except NereidError as exc:
-            self._fail(GRPC_STATUS[exc.status], exc.message)
-            return
-        except asyncio.CancelledError:
-            # Only a request cancelled from inside still has a client to tell.
-            if not self._cancelled and not server._stopping:
-                self._fail(grpc.StatusCode.CANCELLED, "Cancelled")
-            return
-        finally:
-            self._release()
-        self._send(message.SerializeToString())
 
     def _release(self) -> bool:
         """Take the call out of the server's table; False if it was out already."""

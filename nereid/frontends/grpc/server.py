@@ -18,7 +18,7 @@ import logging
 
 import grpc
 
-from nereid.engine_client import EngineClient
+from nereid.core.engine_client import EngineClient
 from nereid.errors import Unavailable
 from nereid.frontends.grpc.health import health_handler
 from nereid.frontends.grpc.inflight import InferCalls

@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from nereid.engine_client import EngineClient, QueuedInfer
+from nereid.core.engine_client import EngineClient, QueuedInfer
 from nereid.errors import DecoupledModel, InvalidArgument, NereidError, Unsupported, unexpected
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response, load_parameters
 from nereid.frontends.grpc.inflight import InferCalls
@@ -236,25 +236,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 (GRPC_WAITREAD_START, received, GRPC_WAITREAD_END, time.perf_counter_ns()),
             )
 
-    def queue(self, request: InferRequest) -> QueuedInfer | None:
-        """The request admitted and queued, to be answered by callback (see Engine.infer_queued); None
-        where the model cannot queue it so, and `infer_decoded` serves it."""
+    def queue(self, request: InferRequest) -> QueuedInfer:
+        """The request admitted and queued, to be answered by callback (see Engine.infer_queued); raises
+        the NereidError to answer instead."""
         try:
             return self._engine.infer_queued(request)
         except Exception as exc:
             self.respond(request, exc)  # which raises
             raise AssertionError("unreachable") from None
-
-    async def infer_decoded(self, request: InferRequest) -> pb.ModelInferResponse:
-        """The awaited path through the engine."""
-        try:
-            response = await self._engine.infer(request)
-        except asyncio.CancelledError:
-            drop(request)
-            raise
-        except Exception as exc:
-            return self.respond(request, exc)
-        return self.respond(request, response)
 
     def respond(self, request: InferRequest, result: InferResponse | BaseException) -> pb.ModelInferResponse:
         """The message answering the engine's result; raises the NereidError to answer instead. A traced
@@ -341,15 +330,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         calls = self.calls
         calls.active += 1
         infer_request: InferRequest | None = None
-        queued: QueuedInfer | None = None
         try:
             if request is UNDECODABLE:
                 raise unparsable()
             infer_request = self.decode(request, metadata)
-            queued = self.queue(infer_request)
-            if queued is None:
-                return await self.infer_decoded(infer_request)
-            return await self._answer_of(queued, infer_request)
+            return await self._answer_of(self.queue(infer_request), infer_request)
         except NereidError as exc:
             error = (GRPC_STATUS[exc.status], exc.message)
         finally:
@@ -359,7 +344,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         # to it) from a frame that no longer holds the request, or the request (tens of MiB) would live
         # until the cyclic collector runs, which the server lets run rarely (heap.py).
         del request
-        infer_request = queued = None
+        infer_request = None
         await context.abort(*error)
 
     async def _answer_of(self, queued: QueuedInfer, request: InferRequest) -> pb.ModelInferResponse:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import service_pb2 as pb
 
-from nereid.engine_client import EngineClient
+from nereid.core.engine_client import EngineClient
 from nereid.errors import NereidError
 from nereid.frontends.grpc.codec import decode_infer_request, encode_infer_response
 from nereid.frontends.grpc.undecodable import UNDECODABLE, unparsable

@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
+from nereid.core.engine_client import EngineClient, ModelMetadata, QueuedInfer
 from nereid.datatypes import element_size
-from nereid.engine_client import EngineClient, ModelMetadata, QueuedInfer
 from nereid.errors import (
     DecoupledModel,
     Forbidden,
@@ -283,9 +283,9 @@ class HttpFrontend:
 
     def _infer(self, request: HttpRequest, params: dict[str, str]) -> Reply:
         """An infer request decoded and queued at once, answered by callback (a DeferredResponse); a
-        compressed body or response, a header-less body, a large one (decoded off the loop) and a model
-        that cannot queue it take the awaited path. The connection writes a traced request's send times
-        and closes its trace."""
+        compressed body or response, a header-less body and a large one (decoded off the loop) are
+        decoded, queued and answered by `_infer_awaited`. The connection writes a traced request's send
+        times and closes its trace."""
         headers = request.headers
         body = request.body
         name = params["model"]
@@ -299,10 +299,9 @@ class HttpFrontend:
         ):
             return self._infer_awaited(name, version, request)
         infer_request = decode_infer_request(body, header_length, name, version)
-        self._prepare(infer_request, request)
-        queued = self._engine.infer_queued(infer_request)
+        queued = self._queue(infer_request, request)
         if queued is None:
-            return self._run_infer(infer_request, request)
+            return self._decoupled(infer_request, request)
         return _InferReply(queued, infer_request, request)
 
     async def _infer_awaited(self, name: str, version: str, request: HttpRequest) -> HttpResponse:
@@ -320,36 +319,35 @@ class HttpFrontend:
             infer_request = await self._large_bodies.decode(body, header_length, name, version)
         else:
             infer_request = decode_infer_request(body, header_length, name, version)
-        self._prepare(infer_request, request)
-        response = await self._run_infer(infer_request, request)
+        queued = self._queue(infer_request, request)
+        if queued is None:
+            return await self._decoupled(infer_request, request)
+        response = await _answer_of(_InferReply(queued, infer_request, request))
         # Triton compresses infer responses only; clients read other bodies as plain JSON.
         accept = headers.get("accept-encoding")
-        if accept and response.status == 200 and response.stream is None:
+        if accept and response.status == 200:
             encoding = choose_encoding(accept)
             if encoding != "identity":
                 response.body = compress(response.body, encoding)
                 response.headers.append((b"content-encoding", encoding.encode()))
         return response
 
-    def _prepare(self, infer_request: InferRequest, request: HttpRequest) -> None:
-        """Forwarded headers as parameters, and the request's trace where it is sampled."""
+    def _queue(self, infer_request: InferRequest, request: HttpRequest) -> QueuedInfer | None:
+        """The request, with its forwarded headers as parameters and its trace where it is sampled, handed
+        to the engine; None for a decoupled model."""
         if self._forwarding is not None:
             self._forwarding.add_parameters(request.headers.items(), infer_request.parameters)
         if request.recv_start:  # tracing is on
             infer_request.trace = self._sample(infer_request.model_name, request)
-
-    async def _run_infer(self, infer_request: InferRequest, request: HttpRequest) -> HttpResponse:
         try:
-            response = await self._engine.infer(infer_request)
+            return self._engine.infer_queued(infer_request)
         except DecoupledModel:
-            if wants_events(request.headers.get("accept")):  # beyond Triton: the responses as a stream
-                return await event_stream(self._engine, infer_request, flat=False)
-            raise DecoupledModel("HTTP end point") from None
-        trace = infer_request.trace
-        if trace is not None:
-            trace.complete = time.perf_counter_ns()  # INFER_RESPONSE_COMPLETE, recorded with the send times
-        payload, json_length = encode_infer_response(response, infer_request)
-        return _infer_response(payload, json_length)
+            return None
+
+    async def _decoupled(self, infer_request: InferRequest, request: HttpRequest) -> HttpResponse:
+        if wants_events(request.headers.get("accept")):  # beyond Triton: the responses as a stream
+            return await event_stream(self._engine, infer_request, flat=False)
+        raise DecoupledModel("HTTP end point")
 
     def _sample(self, name: str, request: HttpRequest) -> RequestTrace | None:
         """The trace of an inference request, when it is sampled; the connection took its receive times,
@@ -436,7 +434,11 @@ async def _answer_of(reply: Reply) -> HttpResponse:
     if isinstance(reply, DeferredResponse):
         answered: asyncio.Future[HttpResponse] = asyncio.get_running_loop().create_future()
         reply.then(answered.set_result)
-        return await answered
+        try:
+            return await answered
+        except asyncio.CancelledError:  # the client went away: so does its request
+            reply.cancel()
+            raise
     return await reply
 
 

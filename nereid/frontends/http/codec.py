@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from nereid.core.request_checks import check_sequence_id
 from nereid.datatypes import (
     WIRE_DATATYPES,
     element_size,
@@ -18,7 +19,6 @@ from nereid.datatypes import (
 from nereid.errors import InputDataError, InternalError, InvalidArgument, request_prefix
 from nereid.frontends.http import json_body
 from nereid.frontends.http.layouts import LayoutCache
-from nereid.request_checks import check_sequence_id
 from nereid.shared_memory import SharedMemoryRef
 from nereid.shared_memory_requests import SharedMemoryRequests
 from nereid.tensor_data import MAX_ELEMENTS, MAX_RANK, shape_too_large

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nereid.engine_client import (
+from nereid.core.engine_client import (
     CudaSharedMemoryRegion,
     ModelMetadata,
     RepositoryIndexEntry,

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from nereid.engine_client import EngineClient
+from nereid.core.engine_client import EngineClient
 from nereid.errors import InternalError, InvalidArgument
 from nereid.frontends.http import json_body
 from nereid.frontends.http.codec import decode_infer_request, encode_infer_response, error_body

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nereid.engine_client import ModelMetadata
+from nereid.core.engine_client import ModelMetadata
 
 # The request fields a text model receives as request parameters unless its config narrows the list.
 TEXT_PARAMETERS = (

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from nereid.engine_client import EngineClient
+from nereid.core.engine_client import EngineClient
 from nereid.frontends.openai.convention import ModelConvention
 from nereid.frontends.openai.errors import OpenAIError, unsupported_field
 from nereid.frontends.openai.requests import EmbeddingsRequest

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
-from nereid.engine_client import EngineClient
+from nereid.core.engine_client import EngineClient
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.frontends.http.routes import Route, RouteTable
 from nereid.frontends.openai import chat, completions, sse

@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nereid.engine_client import EngineClient
+from nereid.core.engine_client import EngineClient
 from nereid.frontends.http.protocol import HttpResponse
 from nereid.frontends.openai import sse
 from nereid.frontends.openai.convention import ModelConvention

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from nereid.engine_client import EngineClient
+from nereid.core.engine_client import EngineClient
 from nereid.frontends.openai.convention import ModelConvention, model_convention
 from nereid.frontends.openai.errors import model_not_found
 

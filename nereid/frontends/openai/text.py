@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from nereid.engine_client import EngineClient
+from nereid.core.engine_client import EngineClient
 from nereid.frontends.http.generate import traced_events
 from nereid.frontends.openai.convention import ModelConvention
 from nereid.frontends.openai.errors import OpenAIError, unsupported_field

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from nereid.engine import Engine
-from nereid.metrics import MetricsExporter
+from nereid.core.engine import Engine
+from nereid.frontends.metrics import MetricsExporter
 from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
 from tests.backends.python.conftest import copy_models, request

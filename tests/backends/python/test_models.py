@@ -127,7 +127,7 @@ def test_large_tensors_grow_the_arenas(manager: ModelManager) -> None:
 
 
 def test_model_is_ready_decides_readiness(manager: ModelManager, repository: Any) -> None:
-    from nereid.engine import Engine
+    from nereid.core.engine import Engine
 
     engine = Engine(manager._settings, manager)
     assert asyncio.run(engine.model_ready("ready_flag"))

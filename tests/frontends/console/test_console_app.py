@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from nereid.cli import parse_settings
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from nereid.frontends.http import HttpFrontend
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.server import build_engine

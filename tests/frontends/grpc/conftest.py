@@ -15,7 +15,7 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2_grpc
 
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from nereid.frontends.grpc import start_grpc_server
 from nereid.server import build_engine
 from nereid.settings import GrpcOptions, ServerSettings

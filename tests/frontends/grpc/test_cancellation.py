@@ -13,7 +13,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from nereid.backends.base import BackendRequest, BackendResult, Outputs
-from nereid.engine import Engine
+from nereid.core.engine import Engine
 from nereid.frontends.grpc import start_grpc_server
 from nereid.scheduling import DefaultScheduler
 from nereid.scheduling.default import Job

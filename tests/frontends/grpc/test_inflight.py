@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,12 +25,27 @@ class _Engine:
         self.tracer = SimpleNamespace(active=False)
         self.release = asyncio.Event()
 
-    def infer_queued(self, request: Any) -> None:
-        return None  # the awaited path: `infer` below
+    def infer_queued(self, request: Any) -> _Held:
+        return _Held(self.release)
 
-    async def infer(self, request: Any) -> Any:
-        await self.release.wait()
-        raise Unavailable("refused once released")
+
+class _Held:
+    """A queued request, refused once its engine's `release` is set."""
+
+    def __init__(self, release: asyncio.Event) -> None:
+        self._release = release
+        self._task: asyncio.Task[None] | None = None
+
+    def then(self, callback: Callable[[Any], None]) -> None:
+        async def refused() -> None:
+            await self._release.wait()
+            callback(Unavailable("refused once released"))
+
+        self._task = asyncio.ensure_future(refused())
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
 
 
 class _Context:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nereid.engine_client import ModelMetadata, TensorMetadata
+from nereid.core.engine_client import ModelMetadata, TensorMetadata
 from nereid.frontends.openai.convention import TEXT_PARAMETERS, model_convention
 from nereid.frontends.openai.errors import OpenAIError, openai_error
 from nereid.frontends.openai.requests import chat_body, completion_request, embeddings_request

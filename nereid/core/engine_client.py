@@ -93,7 +93,9 @@ class ModelServices(Protocol):
     """What model code calls back into the server for: an ensemble's steps and BLS requests (inference
     through the target model's own scheduler), and BLS model control."""
 
-    async def infer(self, request: InferRequest) -> InferResponse: ...
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """`infer_queued`, awaited: for callers that await (BLS, ensembles' steps, tools)."""
+        ...
 
     def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
         """Any number of responses (decoupled models); one for the others. Errors found before the model
@@ -125,10 +127,10 @@ class QueuedInfer(Protocol):
 class EngineClient(ModelServices, Protocol):
     """Everything a frontend asks of the engine. `version` "" means: as the version policy picks."""
 
-    def infer_queued(self, request: InferRequest) -> QueuedInfer | None:
-        """`infer` without a coroutine, where the model's scheduler takes a callback (the dynamic batcher, the
-        default scheduler): the request is admitted and queued now. None where it cannot be; then the
-        caller awaits `infer`."""
+    def infer_queued(self, request: InferRequest) -> QueuedInfer:
+        """The one inference primitive: the request admitted and handed to its model's scheduler now, its
+        answer to come by callback (no coroutine per request). Raises what refuses it before then, and
+        DecoupledModel for a model whose responses stream (`infer_stream`)."""
         ...
 
     # health

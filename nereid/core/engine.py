@@ -4,16 +4,14 @@ below them."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from nereid import TRITON_PROTOCOL_VERSION
-from nereid.admission import Admission
 from nereid.cache import create_cache
-from nereid.engine_client import (
+from nereid.core.engine_client import (
     CudaSharedMemoryRegion,
     ModelMetadata,
     ModelMetrics,
@@ -22,15 +20,13 @@ from nereid.engine_client import (
     SystemSharedMemoryRegion,
     TensorMetadata,
 )
+from nereid.core.queued_infer import QueuedCachedInfer, QueuedSchedulerInfer, answer_of
+from nereid.core.streaming import stream_decoupled
 from nereid.errors import DecoupledModel, InvalidArgument, Unavailable
 from nereid.log_settings import LogSettings, ServerLog
-from nereid.queued_infer import QueuedSchedulerInfer, QueuedSharedMemoryInfer, infer_response
-from nereid.repository import ModelManager, ModelVersion
-from nereid.scheduling.default import DefaultScheduler
-from nereid.scheduling.dynamic import DynamicBatcher
+from nereid.repository import ModelManager
 from nereid.settings import ServerSettings
 from nereid.shared_memory import SharedMemoryRegistry
-from nereid.streaming import stream_decoupled
 from nereid.tracing import SettingAnswer, SettingUpdate, TraceManager
 from nereid.types import InferRequest, InferResponse, StreamEvent
 
@@ -107,58 +103,21 @@ class Engine:
 
     # inference
     async def infer(self, request: InferRequest) -> InferResponse:
+        """`infer_queued`, awaited."""
+        return await answer_of(self.infer_queued(request))
+
+    def infer_queued(self, request: InferRequest) -> QueuedSchedulerInfer | QueuedCachedInfer:
+        """The request admitted (counted in flight, its shared-memory regions held, checked) and handed to
+        its model's scheduler now, its answer to come by callback. A decoupled model streams instead."""
         model = self.models.get(request.model_name, request.model_version, request.model_namespace)
         if model.decoupled:
             raise DecoupledModel()
-        # As in Triton, the shared-memory regions a request names are held until it is answered: an
-        # unregister meanwhile only marks them, and they go once their last request is done.
-        regions = request.shared_memory_regions()
-        if not regions:
-            return await self._infer(model, request)
-        held = self.shared_memory.acquire(regions)
-        try:
-            return await self._infer(model, request)
-        finally:
-            self.shared_memory.release(held)
-
-    async def _infer(self, model: ModelVersion, request: InferRequest) -> InferResponse:
-        admission = Admission(model, request, self.shared_memory)  # counted in flight, checked
-        cache = self._cache if model.response_cache else None
-        try:
-            if cache is not None:
-                key = admission.cache_key()
-                lookup_start = time.perf_counter_ns()
-                hit = await cache.lookup(key)
-                lookup_ns = time.perf_counter_ns() - lookup_start
-                if hit is not None:
-                    return infer_response(model, request, admission.cached(hit, lookup_start, lookup_ns))
-            results = await model.scheduler.execute(admission.backend, admission)
-        except BaseException as exc:
-            admission.failed(exc)
-            raise
-        outputs = admission.finish(results)
-        if cache is not None:
-            insert_start = time.perf_counter_ns()
-            await cache.insert(key, outputs)
-            model.statistics.record_cache_miss(lookup_ns + time.perf_counter_ns() - insert_start)
-        return infer_response(model, request, outputs, getattr(results, "parameters", None))
-
-    def infer_queued(self, request: InferRequest) -> QueuedSchedulerInfer | None:
-        model = self.models.get(request.model_name, request.model_version, request.model_namespace)
-        scheduler = model.scheduler
-        if (
-            not isinstance(scheduler, (DynamicBatcher, DefaultScheduler))
-            or model.decoupled
-            or (model.response_cache and self._cache is not None)
-        ):
-            return None
-        regions = request.shared_memory_regions() if request.layout is None else None  # a layout has none
-        if regions:  # held until answered, as `infer` holds them
-            return QueuedSharedMemoryInfer(model, request, self.shared_memory, scheduler, regions)
-        return QueuedSchedulerInfer(model, request, self.shared_memory, scheduler)  # admitted, queued
+        if model.response_cache and self._cache is not None:
+            return QueuedCachedInfer(model, request, self.shared_memory, self._cache)
+        return QueuedSchedulerInfer(model, request, self.shared_memory, model.scheduler)
 
     async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
-        """Any number of responses (decoupled models, see nereid.streaming); one, final, for the others."""
+        """Any number of responses (decoupled models, see nereid.core.streaming); one, final, for the others."""
         model = self.models.get(request.model_name, request.model_version, request.model_namespace)
         if not model.decoupled:
             yield StreamEvent(await self.infer(request))

@@ -20,6 +20,7 @@ from nereid.backends.base import BackendRequest, Outputs
 from nereid.backends.responses import ResponseStream
 from nereid.cache import CacheKey, cache_key
 from nereid.classification import classify
+from nereid.core.request_checks import checked_request, inputs_batch_size
 from nereid.datatypes import tensor_from_bytes, tensor_to_bytes, wire_datatype
 from nereid.errors import (
     InputDataError,
@@ -30,7 +31,6 @@ from nereid.errors import (
     request_prefix,
 )
 from nereid.repository.model import ModelVersion
-from nereid.request_checks import checked_request, inputs_batch_size
 from nereid.shared_memory import SharedMemoryRef, SharedMemoryRegistry, check_outputs_fit
 from nereid.statistics import RequestTiming
 from nereid.types import InferRequest, InferTensor, RequestedOutput
@@ -52,12 +52,14 @@ def _log_request(admission: Admission, outcome: str) -> None:
 
 
 class Admission(RequestTiming):
-    """One checked request to one model version, in flight from construction until it is released: by
-    `finish` or `failed` (unary requests, after the scheduler's `execute`), or by `release` (streamed ones).
+    """One checked request to one model version, in flight from construction until it ends: by `finish`,
+    `failed` or `cached` (unary requests), or by `release` (streamed ones), each of which records what it
+    must and then ends it in one way (`_end`).
 
-    Construction counts the request in flight and checks it (releasing it again when a check fails). A
-    streamed request (`stream` given) cannot use shared memory; `shared_memory` is the registry that a
-    unary request's regions are looked up in.
+    Construction counts the request in flight, holds the shared-memory regions it names (as in Triton: an
+    unregister meanwhile only marks them, and they go once their last request ends) and checks it
+    (ending it again when a check fails). A streamed request (`stream` given) cannot use shared memory;
+    `shared_memory` is the registry that a unary request's regions are looked up in.
 
     An admission is its request's RequestTiming too, the one its scheduler fills in: one object per
     request rather than two."""
@@ -72,6 +74,7 @@ class Admission(RequestTiming):
         "trace",
         "_regions",
         "_shared_memory",
+        "_held",
     )
     __eq__ = object.__eq__  # an admission is itself, whatever its times: not a dataclass's equality
     __hash__ = object.__hash__
@@ -90,10 +93,15 @@ class Admission(RequestTiming):
         self.batched = False
         self._shared_memory = shared_memory
         self._regions: dict[str, SharedMemoryRef] | None = None
+        self._held: tuple[str, ...] = ()
         self.trace = trace = request.trace
         model.inflight += 1
         try:
             layout = request.layout
+            if shared_memory is not None and layout is None:  # a layout has no shared memory
+                held = request.shared_memory_regions()
+                if held:
+                    self._held = shared_memory.acquire(held)
             if layout is None or layout not in model.checked_layouts:  # a checked layout: no shared memory
                 self._checked(request, shared_memory, stream)
             inputs, self.wanted, names = checked_request(model, request)
@@ -124,9 +132,8 @@ class Admission(RequestTiming):
                 trace.admitted(model.name, model.version, request.id, self.start, self.queued, request.inputs)
                 backend.trace = trace
         except BaseException as exc:
-            model.request_done()  # refused: it never reaches the model
-            if log.isEnabledFor(logging.DEBUG):
-                _log_request(self, f"refused: {exc}")
+            self.trace = None  # refused: it never reaches the model, and its trace is not begun
+            self._end(f"refused: {exc}")
             raise
 
     def _checked(
@@ -152,11 +159,7 @@ class Admission(RequestTiming):
         model = self.model
         if isinstance(exc, NereidError) and exc.answered and not model.ensemble:
             end = self._record_success(time.perf_counter_ns())  # the model's own error response
-            if self.trace is not None:
-                self.trace.request_end((), end)
-            model.request_done()
-            if log.isEnabledFor(logging.DEBUG):
-                _log_request(self, f"answered with an error: {exc}")
+            self._end(f"answered with an error: {exc}", (), end)
             return
         reason = "REJECTED"
         if model.ensemble:  # Triton gives an ensemble's failures no finer reason
@@ -165,28 +168,31 @@ class Admission(RequestTiming):
         elif not isinstance(exc, QueueFull):  # refused before it was queued: Triton counts it nowhere
             reason = _failure_reason(exc)
             model.statistics.record_failure(time.perf_counter_ns() - self.start, reason)
-        if self.trace is not None:
-            self.trace.request_end()
-        model.request_done()
-        if log.isEnabledFor(logging.DEBUG):
-            _log_request(self, f"failed ({reason}): {exc}")
+        self._end(f"failed ({reason}): {exc}")
 
     def finish(self, results: Outputs) -> list[InferTensor]:
         """The scheduler answered a unary request: its response tensors; record it, and release it."""
         executed = time.perf_counter_ns()
-        model = self.model
         try:
             outputs = self.outputs(results)
         except BaseException as exc:
             self.failed(exc)
             raise
-        end = self._record_success(executed)
+        self._end("OK", outputs, self._record_success(executed))
+        return outputs
+
+    def _end(self, outcome: str | None, outputs: list[InferTensor] | tuple[()] = (), end: int = 0) -> None:
+        """The one ending of a request: its trace ended (with its outputs), its shared-memory regions let
+        go, and the version told it has one request less in flight."""
         if self.trace is not None:
             self.trace.request_end(outputs, end)
-        model.request_done()
-        if log.isEnabledFor(logging.DEBUG):
-            _log_request(self, "OK")
-        return outputs
+        held = self._held
+        if held:
+            self._held = ()
+            self._shared_memory.release(held)  # type: ignore[union-attr]  # held only with a registry
+        self.model.request_done()
+        if outcome is not None and log.isEnabledFor(logging.DEBUG):
+            _log_request(self, outcome)
 
     def _record_success(self, executed: int) -> int:
         """A request the model answered, its outputs shaped from `executed` on; returns when it ended."""
@@ -227,31 +233,19 @@ class Admission(RequestTiming):
         statistics = self.model.statistics
         statistics.record_cache_hit(time.perf_counter_ns() - start, lookup_start - self.queued, lookup_ns)
         statistics.record_first_response(time.perf_counter_ns() - start)
-        if self.trace is not None:
-            self.trace.request_end(outputs)
-        self.model.request_done()
-        if log.isEnabledFor(logging.DEBUG):
-            _log_request(self, "OK (from the response cache)")
+        self._end("OK (from the response cache)", outputs)
         return outputs
 
     def outputs(self, results: Outputs) -> list[InferTensor]:
         """The response tensors of one result, written into the client's shared memory where it asked. A
         model may leave out a requested output (Python models can): Triton omits it too."""
         model = self.model
-        specs = model.outputs
         outputs: list[InferTensor] = []
         for requested in self.wanted:
             name = requested.name
             if name not in results:
                 continue
-            array = results[name]
-            spec = specs[name]
-            # the usual output, as `_output_tensor` would make it without the call (and with its parameters
-            # given: the default factory is one more call)
-            if spec.backend_dims is None and not requested.class_count and array.dtype == spec.numpy_dtype:
-                outputs.append(InferTensor(name, spec.datatype, array.shape, array, {}))
-            else:
-                outputs.append(_output_tensor(model, requested, array))
+            outputs.append(_output_tensor(model, requested, results[name]))
         if self._regions:
             self._write_regions(outputs)
         return outputs
@@ -299,10 +293,8 @@ class Admission(RequestTiming):
             _log_request(self, "cancelled")
 
     def release(self) -> None:
-        """The request is answered: the version may retire once none is left in flight."""
-        if self.trace is not None:
-            self.trace.request_end()
-        self.model.request_done()
+        """A streamed request is answered (its outcome recorded by `record_*`): it ends."""
+        self._end(None)  # its outcome was logged as it was recorded
 
 
 def _failure_reason(exc: BaseException) -> str:

@@ -3,7 +3,7 @@
 `stream_decoupled` yields StreamEvents: responses, errors (the stream goes on), and at last the final
 flag, alone or with the last response. Errors found before the model runs (bad inputs) are raised, so
 that frontends answer them as they answer `infer`. The request goes through the same admission as a
-unary one (nereid.admission): counted in flight, checked, recorded in the statistics.
+unary one (nereid.core.admission): counted in flight, checked, recorded in the statistics.
 
 When the consumer stops early (the client went away, or a gRPC stream was cancelled), the request is
 cancelled: the model sees `is_cancelled()` and should end its responses.
@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 
-from nereid.admission import Admission
-from nereid.backends.base import Outputs
 from nereid.backends.responses import ResponseStream
+from nereid.core.admission import Admission
 from nereid.errors import DecoupledModel as DecoupledModel  # re-exported: its home was here
 from nereid.errors import NereidError, unexpected
 from nereid.repository.model import ModelVersion
+from nereid.scheduling.base import Result
 from nereid.types import InferRequest, InferResponse
 from nereid.types import StreamEvent as StreamEvent  # re-exported: its home was here
 
@@ -29,8 +29,13 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
     stream = ResponseStream(model.statistics.record_response)
     admission = Admission(model, request, stream=stream)
     try:
-        execution = asyncio.ensure_future(model.scheduler.execute(admission.backend, admission))
-        execution.add_done_callback(lambda done: _executed(done, stream))
+        execution = _Execution(stream)
+        try:
+            model.scheduler.enqueue(admission.backend, admission, execution.done)
+        except (
+            Exception
+        ) as exc:  # refused by the scheduler: the stream ends with the error, as a failure would
+            execution.done(exc)
         first = True
         error: NereidError | None = None  # an error that came with the final flag
         try:
@@ -61,7 +66,7 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
             else:
                 # An ensemble's request that a step failed counts as failed, and only so, as in Triton. A
                 # decoupled ensemble streams its error with the final flag and returns, so the flag tells.
-                failure = (_failure(execution) or error) if model.ensemble else None
+                failure = (execution.error or error) if model.ensemble else None
                 if failure is not None:
                     admission.record_stream_failed(failure)
                 else:
@@ -70,17 +75,21 @@ async def stream_decoupled(model: ModelVersion, request: InferRequest) -> AsyncG
         admission.release()
 
 
-def _failure(execution: asyncio.Future[Outputs]) -> BaseException | None:
-    if not execution.done() or execution.cancelled():
-        return None
-    return execution.exception()
+class _Execution:
+    """The scheduler's answer to a streamed request: when it is an error, so is the request's end, with
+    whatever the model sent before."""
 
+    __slots__ = ("_stream", "error")
 
-def _executed(execution: asyncio.Future[Outputs], stream: ResponseStream) -> None:
-    """execute returned; when it failed, so does the request, with whatever the model sent before."""
-    if execution.cancelled():
-        stream.cancel()
-        return
-    error = execution.exception()
-    if error is not None:
-        stream.put(error if isinstance(error, NereidError) else unexpected(Exception(error)), True)
+    def __init__(self, stream: ResponseStream) -> None:
+        self._stream = stream
+        self.error: BaseException | None = None
+
+    def done(self, result: Result) -> None:
+        if isinstance(result, asyncio.CancelledError):
+            self._stream.cancel()
+        elif isinstance(result, BaseException):
+            self.error = result
+            self._stream.put(
+                result if isinstance(result, NereidError) else unexpected(Exception(result)), True
+            )

@@ -14,8 +14,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from nereid.core.engine_client import EngineClient, ModelMetrics
 from nereid.custom_metrics import HISTOGRAM, CustomFamily, CustomMetrics
-from nereid.engine_client import EngineClient, ModelMetrics
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.gpu_metrics import GpuReading, GpuSampler
 from nereid.settings import MetricsConfig
