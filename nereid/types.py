@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nereid.errors import NereidError
+from nereid.errors import NereidError, Unsupported
 from nereid.shared_memory import SharedMemoryRef
 
 if TYPE_CHECKING:
@@ -18,6 +18,16 @@ Parameters = dict[str, Any]
 # Triton's request flags (TRITONSERVER_REQUEST_FLAG_*), as `InferRequest.flags` and backends carry them.
 SEQUENCE_START = 1
 SEQUENCE_END = 2
+
+# Triton refuses a string correlation ID (sequence_id) longer than this, in bytes, as it builds the request:
+# before any check of the model's, whatever the model's scheduler.
+MAX_SEQUENCE_ID_BYTES = 128
+
+
+def check_sequence_id(sequence_id: str) -> None:
+    """Refuse a string sequence_id longer than Triton takes, with Triton's status and text."""
+    if len(sequence_id) > MAX_SEQUENCE_ID_BYTES and len(sequence_id.encode()) > MAX_SEQUENCE_ID_BYTES:
+        raise Unsupported(f"string correlation ID cannot be longer than {MAX_SEQUENCE_ID_BYTES} characters")
 
 
 # Not frozen: these are built several times per request, and a frozen dataclass's __init__ costs

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nereid.errors import InvalidArgument, Unsupported, request_prefix
+from nereid.errors import InvalidArgument, request_prefix
 from nereid.repository.model import ModelVersion
 from nereid.types import InferRequest, InferTensor, RequestedOutput
 
@@ -20,17 +20,6 @@ _BATCH_NOTE = (
     "input dims config, try setting max_batch_size to zero. See the model configuration docs for more info "
     "on max_batch_size."
 )
-
-
-# Triton refuses a string correlation ID (sequence_id) longer than this, in bytes, as it builds the request:
-# before any check of the model's, whatever the model's scheduler.
-MAX_SEQUENCE_ID_BYTES = 128
-
-
-def check_sequence_id(sequence_id: str) -> None:
-    """Refuse a string sequence_id longer than Triton takes, with Triton's status and text."""
-    if len(sequence_id) > MAX_SEQUENCE_ID_BYTES and len(sequence_id.encode()) > MAX_SEQUENCE_ID_BYTES:
-        raise Unsupported(f"string correlation ID cannot be longer than {MAX_SEQUENCE_ID_BYTES} characters")
 
 
 def _shape_text(shape: Sequence[int]) -> str:

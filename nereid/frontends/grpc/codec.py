@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from nereid.core.request_checks import check_sequence_id
 from nereid.datatypes import (
     WIRE_DATATYPES,
     check_string_count,
@@ -30,6 +29,7 @@ from nereid.types import (
     InferTensor,
     Parameters,
     RequestedOutput,
+    check_sequence_id,
 )
 
 # The typed `contents` field that carries each datatype; FP16 and BF16 have none and need raw bytes.

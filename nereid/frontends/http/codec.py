@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from nereid.core.request_checks import check_sequence_id
 from nereid.datatypes import (
     WIRE_DATATYPES,
     element_size,
@@ -29,6 +28,7 @@ from nereid.types import (
     InferResponse,
     InferTensor,
     RequestedOutput,
+    check_sequence_id,
 )
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
