@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from nereid.engine_client import EngineClient
+from nereid.frontends.console.analysis import latest_analysis
 from nereid.frontends.console.source import ConsoleSource
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.settings import ServerSettings
@@ -63,6 +64,7 @@ class Console:
     def __init__(self, engine: EngineClient, settings: ServerSettings) -> None:
         self._source = ConsoleSource(engine)
         self._files = _static_files()
+        self._repositories = settings.model_repositories
         self._info = orjson.dumps(
             {
                 "model_control_mode": settings.model_control_mode,
@@ -82,6 +84,13 @@ class Console:
             return _answer(200, b"application/json", orjson.dumps(self._source.snapshot()))
         if path == "/api/info":
             return _answer(200, b"application/json", self._info)
+        if path == "/api/analysis":
+            found = latest_analysis(self._repositories)
+            if found is None:
+                return _answer(
+                    404, b"application/json", b'{"error":"no nereid analyze report in the repositories"}'
+                )
+            return _answer(200, b"application/json", found)
         found = self._files.get(path.removeprefix("/static/")) if path.startswith("/static/") else None
         if found is None:
             return _answer(404, b"text/plain", b"Not Found")
