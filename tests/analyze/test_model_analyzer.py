@@ -1,0 +1,115 @@
+"""Triton's Model Analyzer profiles Nereid unchanged: local launch mode, CPU metrics, a small brute
+search, its summary report, and the best config it writes served by Nereid.
+
+Marked slow: Model Analyzer starts and stops the server for every config and measures each one with
+perf_analyzer in its own stability loop, minutes even for this small search (more on a busy machine),
+too long for CI's budget. Run it with `-m slow`, with Model Analyzer installed in a virtual environment
+of its own (its pins clash with Nereid's) and both tools named:
+`NEREID_MODEL_ANALYZER=~/ma/bin/model-analyzer NEREID_PERF_ANALYZER=... pytest -m slow tests/analyze`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.conftest import ROOT, free_ports, start_nereid, stop
+
+ADD_SUB = ROOT / "examples" / "python_model_repository" / "add_sub"
+
+
+def tool(variable: str) -> str:
+    path = os.environ.get(variable, "")
+    if not path or not Path(path).exists():
+        pytest.fail(f"set {variable} to the tool's path to run this test")
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_model_analyzer_profiles_nereid_and_its_best_config_serves(tmp_path):
+    analyzer, perf_analyzer = tool("NEREID_MODEL_ANALYZER"), tool("NEREID_PERF_ANALYZER")
+    shutil.copytree(ADD_SUB, tmp_path / "repo" / "add_sub")
+    http, grpc, metrics = free_ports(3)
+    nereid = Path(sys.executable).parent / "nereid"
+    common = ["--checkpoint-directory", str(tmp_path / "ckpt"), "--export-path", str(tmp_path / "export")]
+    (tmp_path / "export").mkdir()
+    (tmp_path / "config.yaml").write_text(
+        # a busy machine fails perf_analyzer's default stability rule (docs/model_analyzer.md)
+        "perf_analyzer_flags:\n  measurement-mode: time_windows\n  measurement-interval: 2000\n"
+        "  stability-percentage: 50\n"
+    )
+    profile = subprocess.run(
+        [
+            analyzer,
+            "profile",
+            "-f",
+            str(tmp_path / "config.yaml"),
+            "--model-repository",
+            str(tmp_path / "repo"),
+            "--profile-models",
+            "add_sub",
+            "--triton-launch-mode=local",
+            f"--triton-server-path={nereid}",
+            "--triton-http-endpoint",
+            f"localhost:{http}",
+            "--triton-grpc-endpoint",
+            f"localhost:{grpc}",
+            "--triton-metrics-url",
+            f"http://localhost:{metrics}/metrics",
+            f"--perf-analyzer-path={perf_analyzer}",
+            "--collect-cpu-metrics",
+            "--output-model-repository-path",
+            str(tmp_path / "out"),
+            "--override-output-model-repository",
+            "--run-config-search-max-instance-count",
+            "1",
+            "--run-config-search-max-model-batch-size",
+            "2",
+            "--run-config-search-max-concurrency",
+            "2",
+            *common,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    log = profile.stdout + profile.stderr
+    assert profile.returncode == 0, log
+    assert "no valid requests recorded" not in log
+    assert "Profile complete" in log or "Saved checkpoint" in log, log
+
+    report = subprocess.run(
+        [analyzer, "report", "--report-model-configs", "add_sub_config_default", *common],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert list((tmp_path / "export").rglob("*.pdf")) or list((tmp_path / "export").rglob("*.html"))
+
+    # Model Analyzer's configs, each a model folder: the default one serves on Nereid as it is
+    variant = tmp_path / "out" / "add_sub_config_default"
+    assert (variant / "config.pbtxt").exists()
+    serving = tmp_path / "serving"
+    shutil.copytree(variant, serving / "add_sub")
+    config = serving / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text().replace('"add_sub_config_default"', '"add_sub"'))
+    server = start_nereid(serving, tmp_path / "serving.log")
+    try:
+        client = httpclient.InferenceServerClient(server.url)
+        a = np.arange(16, dtype=np.float32).reshape(1, 16)
+        inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+        for i in inputs:
+            i.set_data_from_numpy(a)
+        np.testing.assert_array_equal(client.infer("add_sub", inputs).as_numpy("OUTPUT0"), a + a)
+        client.close()
+    finally:
+        stop(server.process)
