@@ -24,8 +24,8 @@ _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
 
 
-def _processes() -> dict[int, tuple[int, float, float]]:
-    """pid -> (parent pid, CPU seconds, resident MB) of every process now."""
+def _processes() -> dict[int, int]:
+    """pid -> parent pid of every process now."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -35,30 +35,36 @@ def _processes() -> dict[int, tuple[int, float, float]]:
                 text = f.read()
         except OSError:  # ended meanwhile
             continue
-        fields = text[text.rindex(")") + 2 :].split()  # from field 3 (state) on
-        # ppid is field 4, utime 14, stime 15, rss (pages) 24
-        found[int(entry)] = (
-            int(fields[1]),
-            (int(fields[11]) + int(fields[12])) * _TICK_S,
-            int(fields[21]) * _PAGE_MB,
-        )
+        found[int(entry)] = int(text[text.rindex(")") + 2 :].split()[1])  # field 4, after the name
     return found
 
 
-def process_tree_usage(root: int) -> tuple[float, float]:
-    """CPU seconds and resident MB of `root` and all its descendants (the Python backend's workers)."""
-    table = _processes()
-    tree, frontier = {root}, [root]
+def process_tree(root: int) -> list[int]:
+    """`root` and all its descendants now (the Python backend's workers among them)."""
     children: dict[int, list[int]] = {}
-    for pid, (parent, _, _) in table.items():
+    for pid, parent in _processes().items():
         children.setdefault(parent, []).append(pid)
+    tree, frontier = [root], [root]
     while frontier:
         for child in children.get(frontier.pop(), []):
             if child not in tree:
-                tree.add(child)
+                tree.append(child)
                 frontier.append(child)
-    cpu = sum(table[p][1] for p in tree if p in table)
-    rss = sum(table[p][2] for p in tree if p in table)
+    return tree
+
+
+def _usage(pids: list[int]) -> tuple[float, float]:
+    """CPU seconds and resident MB of `pids` together (those that ended meanwhile left out)."""
+    cpu = rss = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        cpu += (int(fields[11]) + int(fields[12])) * _TICK_S
+        rss += int(fields[21]) * _PAGE_MB
     return cpu, rss
 
 
@@ -66,6 +72,7 @@ class ServerDriver:
     def __init__(self, http_url: str, grpc_url: str | None, pid: int | None) -> None:
         self.http_url, self.grpc_url, self.pid = http_url, grpc_url, pid
         self._process: subprocess.Popen[bytes] | None = None
+        self._tree: list[int] = [] if pid is None else [pid]
 
     @classmethod
     def start(
@@ -134,6 +141,11 @@ class ServerDriver:
             except ValueError:
                 reason = str(exc)
             raise CandidateFailed(f"model '{model}' failed to load: {reason}") from None
+        finally:
+            # The processes read during measurements, found once per load (a /proc scan is too slow for
+            # the window's edge, where it would delay the load generator).
+            if self.pid is not None:
+                self._tree = process_tree(self.pid)
 
     def config(self, model: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/v2/models/{model}/config"))
@@ -143,7 +155,7 @@ class ServerDriver:
         return sum(int(s["inference_stats"]["success"]["count"]) for s in stats)
 
     def usage(self, model: str) -> ServerUsage:
-        cpu, rss = process_tree_usage(self.pid) if self.pid is not None else (0.0, 0.0)
+        cpu, rss = _usage(self._tree)
         return ServerUsage(cpu, rss, self.inferences(model))
 
     def repository_models(self) -> list[str]:

@@ -12,6 +12,7 @@ import asyncio
 import csv
 import io
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,34 @@ def summarize(
     )
 
 
+class _Windows:
+    """Cuts the load generator's record into windows at each call: a warm-up first (connections open,
+    instances warm), then measured windows until they are stable or too many."""
+
+    def __init__(self, rules: WindowRules, usage: Callable[[], ServerUsage]) -> None:
+        self.rules, self.usage = rules, usage
+        self.windows: list[Window] = []
+        self.before: ServerUsage | None = None
+        self.after: ServerUsage | None = None
+        self._calls, self._cut, self._at = 0, 0, 0.0
+
+    def __call__(self, record: Record) -> float | None:
+        now, end = time.perf_counter(), len(record.done)
+        self._calls += 1
+        if self._calls == 1:
+            return self.rules.window_s * 0.5
+        if self._calls > 2:
+            latencies = tuple(latency for _, latency in record.done[self._cut : end])
+            self.windows.append(Window(now - self._at, latencies))
+            if stable(self.windows, self.rules) or len(self.windows) >= self.rules.max_windows:
+                self.after = self.usage()
+                return None
+        else:
+            self.before = self.usage()
+        self._cut, self._at = end, time.perf_counter()
+        return self.rules.window_s
+
+
 def builtin_measure(
     url: str,
     protocol: str,
@@ -102,35 +131,15 @@ def builtin_measure(
     rules: WindowRules,
     usage: Callable[[], ServerUsage],
 ) -> Measurement:
-    """One measurement with the built-in load generator; the first window warms up and is not kept."""
-    windows: list[Window] = []
-    state = {"cut": 0, "at": 0.0, "warm": False}
-    marks: dict[str, ServerUsage] = {}
-
-    def on_window(record: Record) -> float | None:
-        import time
-
-        now = time.perf_counter()
-        done = record.done
-        end = len(done)
-        if not state["warm"]:
-            state.update(warm=True, cut=end, at=now)
-            marks["before"] = usage()
-            return rules.window_s * 0.5
-        windows.append(
-            Window(now - float(state["at"]), tuple(lat for _, lat in done[int(state["cut"]) : end]))
-        )
-        state.update(cut=end, at=now)
-        if stable(windows, rules) or len(windows) >= rules.max_windows:
-            marks["after"] = usage()
-            return None
-        return rules.window_s
-
+    """One measurement with the built-in load generator; a first half window warms up and is not kept."""
+    cutter = _Windows(rules, usage)
     try:
-        asyncio.run(run_load(url, protocol, model, inputs, concurrency, on_window))
+        asyncio.run(run_load(url, protocol, model, inputs, concurrency, cutter))
     except (LoadError, OSError) as exc:
         raise CandidateFailed(f"requests failed at concurrency {concurrency}: {exc}") from None
-    return summarize(windows, rules, concurrency, marks["before"], marks["after"])
+    if cutter.before is None or cutter.after is None:
+        raise CandidateFailed(f"the load stopped before its first window at concurrency {concurrency}")
+    return summarize(cutter.windows, rules, concurrency, cutter.before, cutter.after)
 
 
 def perf_analyzer_command(

@@ -62,10 +62,41 @@ def repository(tmp_path: Path) -> None:
     shutil.copytree(ADD_SUB, tmp_path / "repo" / "add_sub")
 
 
-def test_brute_search_writes_a_serving_config_and_a_report(tmp_path):
+def interrupted_run(tmp_path: Path, *args: str) -> str:
+    """A run stopped by SIGINT (Ctrl-C) once its first candidate is measured; its output."""
+    process = subprocess.Popen(
+        command(tmp_path, *args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        lines = []
+        for line in process.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if line.startswith("[1/4]"):
+                process.send_signal(signal.SIGINT)
+                break
+        lines.append(process.communicate(timeout=120)[0])
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, "".join(lines)
+    return "".join(lines)
+
+
+def test_interrupted_brute_search_resumes_and_writes_a_serving_config_and_a_report(tmp_path):
     repository(tmp_path)
-    done = analyze(tmp_path, "--model", "add_sub", "--search", "brute", "--latency-budget-ms", "1000", *SMALL)
+    args = ["--model", "add_sub", "--search", "brute", "--latency-budget-ms", "1000", *SMALL]
+    assert "the next run resumes" in interrupted_run(tmp_path, *args)
+    interrupted = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert interrupted["interrupted"] and not interrupted["complete"] and interrupted["measured"] >= 1
+
+    done = analyze(tmp_path, *args)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "resuming from" in done.stdout
     progress = [line for line in done.stdout.splitlines() if line.startswith("[")]
     assert len(progress) == 4 and all("min left" in line for line in progress)
     assert "Best:" in done.stdout
@@ -101,40 +132,6 @@ def test_brute_search_writes_a_serving_config_and_a_report(tmp_path):
         stop(server.process)
     summary = json.loads((tmp_path / "out" / "nereid_analysis.json").read_text())
     assert summary["analyses"][0]["chosen"] == chosen
-
-
-def test_ctrl_c_keeps_a_checkpoint_and_the_next_run_resumes(tmp_path):
-    repository(tmp_path)
-    args = ["--model", "add_sub", "--search", "brute", *SMALL]
-    process = subprocess.Popen(
-        command(tmp_path, *args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        lines = []
-        for line in process.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            if line.startswith("[1/4]"):
-                process.send_signal(signal.SIGINT)
-                break
-        rest = process.communicate(timeout=120)[0]
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 130, "".join(lines) + rest
-    assert "the next run resumes" in rest
-    interrupted = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert interrupted["interrupted"] and not interrupted["complete"] and interrupted["measured"] >= 1
-
-    done = analyze(tmp_path, *args)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "resuming from" in done.stdout
-    document = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert document["complete"] and document["measured"] == 4
 
 
 def test_bad_input_is_said_plainly(tmp_path):
