@@ -94,32 +94,49 @@ def summarize(
     )
 
 
+# A window completes at least this many requests, else the windows grow (perf_analyzer asks for "a larger
+# time window" in that case): percentiles of a handful of requests would say little, and slow models (an
+# OCR pipeline on a busy host) complete none in a short window.
+_MIN_WINDOW_REQUESTS = 10
+_MAX_WINDOW_S = 16.0
+
+
 class _Windows:
     """Cuts the load generator's record into windows at each call: a warm-up first (connections open,
     instances warm), then measured windows until they are stable or too many."""
 
-    def __init__(self, rules: WindowRules, usage: Callable[[], ServerUsage]) -> None:
-        self.rules, self.usage = rules, usage
+    def __init__(
+        self,
+        rules: WindowRules,
+        usage: Callable[[], ServerUsage],
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.rules, self.usage, self._clock = rules, usage, clock
+        self.window_s = rules.window_s
         self.windows: list[Window] = []
         self.before: ServerUsage | None = None
         self.after: ServerUsage | None = None
         self._calls, self._cut, self._at = 0, 0, 0.0
 
     def __call__(self, record: Record) -> float | None:
-        now, end = time.perf_counter(), len(record.done)
+        now, end = self._clock(), len(record.done)
         self._calls += 1
         if self._calls == 1:
-            return self.rules.window_s * 0.5
+            return self.window_s * 0.5
         if self._calls > 2:
             latencies = tuple(latency for _, latency in record.done[self._cut : end])
-            self.windows.append(Window(now - self._at, latencies))
+            if len(latencies) < _MIN_WINDOW_REQUESTS and self.window_s * 2 <= _MAX_WINDOW_S:
+                self.window_s *= 2
+                self.windows.clear()  # windows of one length are compared with each other
+            else:
+                self.windows.append(Window(now - self._at, latencies))
             if stable(self.windows, self.rules) or len(self.windows) >= self.rules.max_windows:
                 self.after = self.usage()
                 return None
         else:
             self.before = self.usage()
-        self._cut, self._at = end, time.perf_counter()
-        return self.rules.window_s
+        self._cut, self._at = end, self._clock()
+        return self.window_s
 
 
 def builtin_measure(

@@ -194,7 +194,7 @@ def _analyze_model(
     started = time.monotonic()
     deadline = started + settings.budget_s if settings.budget_s is not None else None
     measure = _measurer(settings, driver, target, space, checkpoint, deadline, report_dir)
-    total = len(space.candidates())
+    total = space.size()
     planned = quick_limit(space) if settings.search == "quick" else total
     print(
         f"nereid analyze: {target.name}: {settings.search} search over {total} candidates "

@@ -102,7 +102,7 @@ def brute(space: Space, concurrencies: Sequence[int], measure: Measure, goal: Go
 
 def quick_limit(space: Space) -> int:
     """Quick search measures at most a third of what brute search would."""
-    return max(1, len(space.candidates()) // 3)
+    return max(1, space.size() // 3)
 
 
 def quick(space: Space, concurrencies: Sequence[int], measure: Measure, goal: Goal) -> Iterator[Outcome]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,12 +80,36 @@ class Space:
                 return bool(values[i])
         return False
 
-    def candidates(self) -> list[Candidate]:
-        """Every distinct candidate, the default first."""
-        seen = {self.default(): None}
-        for values in itertools.product(*(d.values for d in self.dimensions)):
-            seen.setdefault(self.normalize(Candidate(values)), None)
-        return list(seen)
+    def _per_model(self) -> list[tuple[list[int], list[tuple[Value, ...]]]]:
+        """For each model: its dimensions' positions, and its distinct combinations of their values."""
+        out = []
+        for model in self.models:
+            positions = [i for i, d in enumerate(self.dimensions) if d.model == model]
+            sub = Space(tuple(self.dimensions[i] for i in positions), (model,), {})
+            combos = {
+                sub.normalize(Candidate(v)).values: None
+                for v in itertools.product(*(d.values for d in sub.dimensions))
+            }
+            out.append((positions, list(combos)))
+        return out
+
+    def size(self) -> int:
+        """How many distinct candidates the space has (without listing them: an ensemble's is large)."""
+        return math.prod(len(combos) for _, combos in self._per_model())
+
+    def candidates(self) -> Iterator[Candidate]:
+        """Every distinct candidate, the default first, one at a time."""
+        default = self.default()
+        yield default
+        per_model = self._per_model()
+        for choice in itertools.product(*(combos for _, combos in per_model)):
+            values: list[Value] = list(default.values)
+            for (positions, _), combo in zip(per_model, choice, strict=True):
+                for i, value in zip(positions, combo, strict=True):
+                    values[i] = value
+            candidate = Candidate(tuple(values))
+            if candidate != default:
+                yield candidate
 
     def neighbors(self, candidate: Candidate) -> list[Candidate]:
         """Candidates that change one setting to another of its values, each once. Every value, not only

@@ -65,7 +65,7 @@ def document(
     return {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **run,
-        "space_size": len(space.candidates()),
+        "space_size": space.size(),
         "quick_limit": quick_limit(space),
         "measured": len(outcomes),
         "goal": {"latency_budget_ms": goal.latency_budget_ms, "min_throughput": goal.min_throughput},

@@ -39,7 +39,7 @@ def test_report_renders_offline_with_its_plots(tmp_path, browser):  # noqa: F811
         sizes = tab.eval_on_selector_all("img", "imgs => imgs.map(i => [i.complete, i.naturalWidth])")
         assert len(sizes) == 3 and all(done and width > 300 for done, width in sizes)
         rows = tab.locator("tbody tr")
-        assert rows.count() == len(space.candidates())
+        assert rows.count() == space.size()
         assert tab.locator("tr.chosen").count() == 1
         assert "Best:" in tab.locator("body").inner_text()
         shot = tab.screenshot(path=str(tmp_path / "report.png"), full_page=True)

@@ -40,7 +40,9 @@ def test_quick_reaches_95_percent_of_brute_with_a_third_of_its_candidates(space,
     brute_measurer, quick_measurer = FakeMeasurer(space, landscape), FakeMeasurer(space, landscape)
     brute_outcomes = list(brute(space, CONCURRENCIES, brute_measurer, goal))
     quick_outcomes = list(quick(space, CONCURRENCIES, quick_measurer, goal))
-    assert len(brute_outcomes) == len(space.candidates()) == len(brute_measurer.candidates)
+    assert (
+        len(brute_outcomes) == space.size() == len(set(space.candidates())) == len(brute_measurer.candidates)
+    )
     assert len(quick_measurer.candidates) <= len(brute_measurer.candidates) / 3
     assert best_throughput(quick_outcomes, goal) >= 0.95 * best_throughput(brute_outcomes, goal)
 
@@ -109,12 +111,13 @@ def test_quick_never_measures_more_than_a_third():
 
     measurer = FakeMeasurer(space, rising)
     list(quick(space, CONCURRENCIES, measurer, Goal()))
-    assert len(measurer.candidates) <= quick_limit(space) == len(space.candidates()) // 3
+    assert len(measurer.candidates) <= quick_limit(space) == space.size() // 3
 
 
 def test_space_leaves_out_candidates_that_differ_only_in_unused_batching_settings():
     space = python_space(Choices(instances=(1,), execution_modes=("process",)))
     keys = [space.key(c) for c in space.candidates()]
+    assert len(keys) == space.size()
     # batching off once, then on with 3 max batch sizes x 2 delays x 2 preferred
     assert len(keys) == len(set(keys)) == 1 + 3 * 2 * 2
     off = [k for k in keys if "dynamic_batching=off" in k]
