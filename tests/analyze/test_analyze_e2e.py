@@ -179,7 +179,7 @@ class OneInstanceOnly:
 """
 
 
-def test_a_candidate_that_fails_to_load_is_skipped_with_its_reason(tmp_path):
+def test_a_candidate_that_fails_to_load_is_skipped_with_its_reason_over_grpc(tmp_path):
     repository(tmp_path)
     model = tmp_path / "repo" / "add_sub" / "1" / "model.py"
     text = model.read_text().replace("class TritonPythonModel:", "class TritonPythonModel(OneInstanceOnly):")
@@ -202,6 +202,8 @@ def test_a_candidate_that_fails_to_load_is_skipped_with_its_reason(tmp_path):
         "200",
         "--max-windows",
         "4",
+        "--protocol",
+        "grpc",
         "--load-generator",
         "builtin",
     )
@@ -212,3 +214,5 @@ def test_a_candidate_that_fails_to_load_is_skipped_with_its_reason(tmp_path):
     assert "this model runs one instance only" in failed[0]["failure"]
     assert "skipped: model 'add_sub' failed to load" in done.stdout
     assert "count: 1" in (tmp_path / "out" / "add_sub" / "config.pbtxt").read_text()
+    # measured over gRPC by the built-in load generator
+    assert document["protocol"] == "grpc" and document["candidates"][0]["best"]["throughput"] > 0
