@@ -46,7 +46,8 @@ def _plots(document: dict[str, Any], folder: Path) -> list[str]:
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     if points:
-        ax.scatter(*zip(*points, strict=True), s=14, color="#8a94a6", label="measurements")
+        xs, ys = zip(*points, strict=True)
+        ax.scatter(xs, ys, s=14, color="#8a94a6", label="measurements")
         front = pareto_front(points)
         ax.plot(*zip(*front, strict=True), color="#1f6feb", marker="o", ms=4, label="Pareto front")
     if chosen is not None and chosen["best"] is not None:

@@ -85,12 +85,12 @@ class Console:
         if path == "/api/info":
             return _answer(200, b"application/json", self._info)
         if path == "/api/analysis":
-            found = latest_analysis(self._repositories)
-            if found is None:
+            analysis = latest_analysis(self._repositories)
+            if analysis is None:
                 return _answer(
                     404, b"application/json", b'{"error":"no nereid analyze report in the repositories"}'
                 )
-            return _answer(200, b"application/json", found)
+            return _answer(200, b"application/json", analysis)
         found = self._files.get(path.removeprefix("/static/")) if path.startswith("/static/") else None
         if found is None:
             return _answer(404, b"text/plain", b"Not Found")
