@@ -127,6 +127,15 @@ class Space:
                     found.setdefault(step, None)
         return list(found)
 
+    def combine(self, base: Candidate, steps: Sequence[Candidate]) -> Candidate:
+        """`base` with the changes of every step applied (a later step's value wins where two differ)."""
+        values = list(base.values)
+        for step in steps:
+            for i, (was, now) in enumerate(zip(base.values, step.values, strict=True)):
+                if now != was:
+                    values[i] = now
+        return self.normalize(Candidate(tuple(values)))
+
     def settings(self, candidate: Candidate) -> dict[str, dict[str, Value]]:
         """model -> {dimension name: value}."""
         out: dict[str, dict[str, Value]] = {model: {} for model in self.models}

@@ -153,3 +153,34 @@ def test_override_sets_each_setting_in_the_config_json():
     }
     assert space.override(candidate, "pre")["parameters"] == {"EXECUTION_MODE": {"string_value": "thread"}}
     assert "parameters" not in space.override(space.default(), "detector")
+
+
+def test_quick_measures_the_improving_changes_together():
+    space = python_space(
+        Choices(
+            instances=(1, 2),
+            execution_modes=("process", "thread"),
+            max_batch_sizes=(8,),
+            queue_delays_us=(0,),
+            preferred=("none",),
+        )
+    )
+
+    def together(settings, concurrency):  # each change helps a little, both together a lot
+        s = settings["add_sub"]
+        both = s["instances"] == 2 and s["execution_mode"] == "thread"
+        return (
+            (
+                3000.0
+                if both
+                else 1000.0 + 100 * (s["instances"] == 2) + 100 * (s["execution_mode"] == "thread")
+            )
+            * concurrency
+            / (concurrency + 1)
+        )
+
+    measurer = FakeMeasurer(space, together)
+    outcomes = list(quick(space, CONCURRENCIES, measurer, Goal()))
+    assert space.size() == 12 and len(outcomes) == quick_limit(space) == 4
+    best = space.settings(ranked(outcomes, Goal())[0].candidate)["add_sub"]
+    assert best["instances"] == 2 and best["execution_mode"] == "thread"
