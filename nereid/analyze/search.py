@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from nereid.analyze.space import Candidate, Space
 
-# Quick search stops raising the concurrency once throughput grows by less than this.
-_MIN_GAIN = 0.05
+# Quick search stops raising the concurrency once throughput falls below the best so far less this
+# margin: on a busy host one measurement can be well off, and a sweep cut short misses its best point.
+_MIN_GAIN = -0.05
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def sweep(
     candidate: Candidate, concurrencies: Sequence[int], measure: Measure, goal: Goal, patient: bool
 ) -> Outcome:
     """The candidate at rising concurrencies, until p99 leaves the budget (it only grows with load) or,
-    unless `patient`, throughput stops growing."""
+    unless `patient`, throughput falls."""
     measured: list[Measurement] = []
     try:
         for concurrency in sorted(concurrencies):
