@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nereid.analyze.checkpoint import BudgetSpent
 from nereid.analyze.inputs import InputTensor
 from nereid.analyze.loadgen import LoadError, Record, run_load
 from nereid.analyze.search import CandidateFailed, Measurement
@@ -110,8 +111,9 @@ class _Windows:
         rules: WindowRules,
         usage: Callable[[], ServerUsage],
         clock: Callable[[], float] = time.perf_counter,
+        deadline: float | None = None,
     ) -> None:
-        self.rules, self.usage, self._clock = rules, usage, clock
+        self.rules, self.usage, self._clock, self._deadline = rules, usage, clock, deadline
         self.window_s = rules.window_s
         self.windows: list[Window] = []
         self.before: ServerUsage | None = None
@@ -130,7 +132,9 @@ class _Windows:
                 self.windows.clear()  # windows of one length are compared with each other
             else:
                 self.windows.append(Window(now - self._at, latencies))
-            if stable(self.windows, self.rules) or len(self.windows) >= self.rules.max_windows:
+            # past the time budget, the windows so far make the measurement (marked unstable)
+            spent = self._deadline is not None and time.monotonic() >= self._deadline and self.windows
+            if spent or stable(self.windows, self.rules) or len(self.windows) >= self.rules.max_windows:
                 self.after = self.usage()
                 return None
         else:
@@ -147,9 +151,10 @@ def builtin_measure(
     concurrency: int,
     rules: WindowRules,
     usage: Callable[[], ServerUsage],
+    deadline: float | None = None,
 ) -> Measurement:
     """One measurement with the built-in load generator; a first half window warms up and is not kept."""
-    cutter = _Windows(rules, usage)
+    cutter = _Windows(rules, usage, deadline=deadline)
     try:
         asyncio.run(run_load(url, protocol, model, inputs, concurrency, cutter))
     except (LoadError, OSError) as exc:
@@ -196,6 +201,14 @@ def parse_perf_analyzer_csv(text: str) -> dict[str, float]:
     return {k: float(v) for k, v in rows[0].items() if k and v not in (None, "")}
 
 
+def _run(command: list[str], deadline: float | None) -> subprocess.CompletedProcess[str]:
+    timeout = None if deadline is None else max(5.0, deadline - time.monotonic())
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BudgetSpent from None
+
+
 def perf_analyzer_measure(
     binary: str,
     url: str,
@@ -206,13 +219,15 @@ def perf_analyzer_measure(
     rules: WindowRules,
     usage: Callable[[], ServerUsage],
     scratch: Path,
+    deadline: float | None = None,
 ) -> Measurement:
-    """One measurement by perf_analyzer, its CSV read back; CPU per inference over its whole run."""
+    """One measurement by perf_analyzer, its CSV read back; CPU per inference over its whole run. Past the
+    time budget's `deadline` perf_analyzer is stopped and the measurement lost (BudgetSpent)."""
     out = scratch / "perf_analyzer.csv"
     out.unlink(missing_ok=True)
     command = perf_analyzer_command(binary, url, protocol, model, concurrency, rules, input_data)
     before = usage()
-    done = subprocess.run([*command, "-f", str(out)], capture_output=True, text=True)
+    done = _run(command + ["-f", str(out)], deadline)
     is_stable = True
     if done.returncode != 0 and _UNSTABLE in done.stdout + done.stderr:
         # A busy host fails perf_analyzer's stability rule (Model Analyzer then records nothing): the
@@ -220,7 +235,7 @@ def perf_analyzer_measure(
         is_stable = False
         relaxed = [*command, "-f", str(out)]
         relaxed[relaxed.index("--stability-percentage") + 1] = "1000"
-        done = subprocess.run(relaxed, capture_output=True, text=True)
+        done = _run(relaxed, deadline)
     after = usage()
     if done.returncode != 0 or not out.exists():
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]

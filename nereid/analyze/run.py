@@ -126,13 +126,22 @@ def _measurer(
 
         def measure(concurrency: int) -> Measurement:
             return perf_analyzer_measure(
-                binary, url, settings.protocol, target.name, data, concurrency, settings.rules, usage, scratch
+                binary,
+                url,
+                settings.protocol,
+                target.name,
+                data,
+                concurrency,
+                settings.rules,
+                usage,
+                scratch,
+                deadline,
             )
     else:
 
         def measure(concurrency: int) -> Measurement:
             return builtin_measure(
-                url, settings.protocol, target.name, inputs, concurrency, settings.rules, usage
+                url, settings.protocol, target.name, inputs, concurrency, settings.rules, usage, deadline
             )
 
     return CheckpointedMeasure(checkpoint, space.key, load, measure, deadline)

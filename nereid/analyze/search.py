@@ -118,7 +118,8 @@ def quick(space: Space, concurrencies: Sequence[int], measure: Measure, goal: Go
     seen.add(current.candidate)
     yield current
     while len(seen) < limit:
-        best, improving = current, []
+        best = current
+        improving: list[Outcome] = []
         for neighbor in space.neighbors(current.candidate):
             # one measurement is kept for the combined candidate once two changes improve
             if len(seen) >= limit - (1 if len(improving) > 1 else 0):

@@ -39,6 +39,17 @@ def test_windows_grow_until_each_completes_enough_requests():
     assert wait is None and len(cutter.windows) == 3 and cutter.after == usage
 
 
+def test_past_the_time_budget_the_windows_so_far_make_the_measurement():
+    usage = ServerUsage(1.0, 100.0, 0)
+    ticks = iter([0.0, 0.5, 0.5, 1.5])
+    cutter = _Windows(RULES, lambda: usage, clock=lambda: next(ticks), deadline=0.0)
+    record = Record()
+    assert cutter(record) == 0.5 and cutter(record) == 1.0
+    record.done.extend((0.0, 0.05) for _ in range(20))
+    assert cutter(record) is None and len(cutter.windows) == 1
+    assert not stable(cutter.windows, RULES)
+
+
 def test_perf_analyzer_is_asked_for_the_same_rule_and_its_csv_is_read():
     command = perf_analyzer_command("pa", "127.0.0.1:8000", "http", "add_sub", 4, RULES, "zero")
     assert command[command.index("--concurrency-range") + 1] == "4"
