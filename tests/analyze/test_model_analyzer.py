@@ -35,11 +35,23 @@ def tool(variable: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_model_analyzer_profiles_nereid_and_its_best_config_serves(tmp_path):
+@pytest.mark.parametrize("launch_mode", ["local", "remote"])
+def test_model_analyzer_profiles_nereid_and_its_best_config_serves(tmp_path, launch_mode):
     analyzer, perf_analyzer = tool("NEREID_MODEL_ANALYZER"), tool("NEREID_PERF_ANALYZER")
     shutil.copytree(ADD_SUB, tmp_path / "repo" / "add_sub")
     http, grpc, metrics = free_ports(3)
     nereid = Path(sys.executable).parent / "nereid"
+    remote = None
+    if launch_mode == "remote":  # a Nereid already running, in explicit mode, with its metrics on
+        remote = start_nereid(
+            tmp_path / "repo",
+            tmp_path / "remote.log",
+            "--model-control-mode=explicit",
+            "--allow-metrics=true",
+            f"--metrics-port={metrics}",
+            grpc=True,
+        )
+        http, grpc = remote.http_port, remote.grpc_port
     common = ["--checkpoint-directory", str(tmp_path / "ckpt"), "--export-path", str(tmp_path / "export")]
     (tmp_path / "export").mkdir()
     (tmp_path / "config.yaml").write_text(
@@ -47,41 +59,45 @@ def test_model_analyzer_profiles_nereid_and_its_best_config_serves(tmp_path):
         "perf_analyzer_flags:\n  measurement-mode: time_windows\n  measurement-interval: 2000\n"
         "  stability-percentage: 50\n"
     )
-    profile = subprocess.run(
-        [
-            analyzer,
-            "profile",
-            "-f",
-            str(tmp_path / "config.yaml"),
-            "--model-repository",
-            str(tmp_path / "repo"),
-            "--profile-models",
-            "add_sub",
-            "--triton-launch-mode=local",
-            f"--triton-server-path={nereid}",
-            "--triton-http-endpoint",
-            f"localhost:{http}",
-            "--triton-grpc-endpoint",
-            f"localhost:{grpc}",
-            "--triton-metrics-url",
-            f"http://localhost:{metrics}/metrics",
-            f"--perf-analyzer-path={perf_analyzer}",
-            "--collect-cpu-metrics",
-            "--output-model-repository-path",
-            str(tmp_path / "out"),
-            "--override-output-model-repository",
-            "--run-config-search-max-instance-count",
-            "1",
-            "--run-config-search-max-model-batch-size",
-            "2",
-            "--run-config-search-max-concurrency",
-            "2",
-            *common,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
+    try:
+        profile = subprocess.run(
+            [
+                analyzer,
+                "profile",
+                "-f",
+                str(tmp_path / "config.yaml"),
+                "--model-repository",
+                str(tmp_path / "repo"),
+                "--profile-models",
+                "add_sub",
+                f"--triton-launch-mode={launch_mode}",
+                f"--triton-server-path={nereid}",
+                "--triton-http-endpoint",
+                f"localhost:{http}",
+                "--triton-grpc-endpoint",
+                f"localhost:{grpc}",
+                "--triton-metrics-url",
+                f"http://localhost:{metrics}/metrics",
+                f"--perf-analyzer-path={perf_analyzer}",
+                "--collect-cpu-metrics",
+                "--output-model-repository-path",
+                str(tmp_path / "out"),
+                "--override-output-model-repository",
+                "--run-config-search-max-instance-count",
+                "1",
+                "--run-config-search-max-model-batch-size",
+                "2",
+                "--run-config-search-max-concurrency",
+                "2",
+                *common,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1500,
+        )
+    finally:
+        if remote is not None:
+            stop(remote.process)
     log = profile.stdout + profile.stderr
     assert profile.returncode == 0, log
     assert "no valid requests recorded" not in log
@@ -99,11 +115,12 @@ def test_model_analyzer_profiles_nereid_and_its_best_config_serves(tmp_path):
     # Model Analyzer's best config (the first row of its results), a model folder: it serves on Nereid
     with open(tmp_path / "export" / "results" / "metrics-model-inference.csv") as results:
         best = next(csv.DictReader(results))["Model Config Path"]
-    variant = tmp_path / "out" / best
+    # its config of the model (local mode: a model folder whose versions link to the default's; remote
+    # mode: the config alone), put in the model's folder
     serving = tmp_path / "serving"
-    shutil.copytree(variant, serving / "add_sub")
-    config = serving / "add_sub" / "config.pbtxt"
-    config.write_text(config.read_text().replace(f'"{best}"', '"add_sub"'))
+    shutil.copytree(ADD_SUB, serving / "add_sub")
+    config = (tmp_path / "out" / best / "config.pbtxt").read_text()
+    (serving / "add_sub" / "config.pbtxt").write_text(config.replace(f'"{best}"', '"add_sub"'))
     server = start_nereid(serving, tmp_path / "serving.log")
     try:
         client = httpclient.InferenceServerClient(server.url)
