@@ -583,7 +583,12 @@ def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings, warnings = parse_settings(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["analyze"]:  # the one subcommand; every other command line is tritonserver's
+        from nereid.analyze.cli import main as analyze
+
+        return analyze(argv[1:])
+    settings, warnings = parse_settings(argv)
     if settings.log.log_file:
         # Before the server's heavier imports: a log file that cannot be written fails at once, and tools
         # that wait for the file to appear (as Triton creates it at start) find it.

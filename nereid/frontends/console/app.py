@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from nereid.core.engine_client import EngineClient
+from nereid.frontends.console.analysis import latest_analysis
 from nereid.frontends.console.source import ConsoleSource
 from nereid.frontends.http.protocol import HttpRequest, HttpResponse
 from nereid.frontends.http.routes import Route, RouteTable
@@ -64,6 +65,7 @@ class Console:
     def __init__(self, engine: EngineClient, settings: ServerSettings) -> None:
         self._source = ConsoleSource(engine)
         self._files = _static_files()
+        self._repositories = settings.model_repositories
         self._info = orjson.dumps(
             {
                 "model_control_mode": settings.model_control_mode,
@@ -82,11 +84,21 @@ class Console:
                 Route(PREFIX + "/static/{file:path}", ("GET",), None, self._static),
                 Route(PREFIX + "/api/live", ("GET",), "statistics", self._live),
                 Route(PREFIX + "/api/info", ("GET",), "statistics", self._about),
+                # the latest `nereid analyze` report found in the model repositories
+                Route(PREFIX + "/api/analysis", ("GET",), "model-repository", self._analysis),
             ]
         )
 
     def _page(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         return _answer(200, *self._files["index.html"])
+
+    def _analysis(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        analysis = latest_analysis(self._repositories)
+        if analysis is None:
+            return _answer(
+                404, b"application/json", b'{"error":"no nereid analyze report in the repositories"}'
+            )
+        return _answer(200, b"application/json", analysis)
 
     def _static(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         found = self._files.get(params["file"])

@@ -54,6 +54,7 @@ const model = (name) => `/v2/models/${encodeURIComponent(name)}`;
 export const api = {
   info: () => json("GET", "/console/api/info"),
   live: () => json("GET", "/console/api/live"),
+  analysis: () => json("GET", "/console/api/analysis"),
   index: () => json("POST", "/v2/repository/index", {}),
   config: (name, version) =>
     json("GET", `${model(name)}${version ? `/versions/${encodeURIComponent(version)}` : ""}/config`),

@@ -1,6 +1,7 @@
 // Models page: every model and version from the repository index, with what its completed configuration
 // says, and load / unload / reload through the repository API.
 
+import { analysisSection } from "./analysis.js";
 import { api } from "./api.js";
 import { t } from "./i18n.js";
 import { el, showError, showNotice } from "./ui.js";
@@ -27,7 +28,7 @@ export async function renderModels(root, info) {
   const explicit = info.model_control_mode === "explicit";
   const table = el("table", { class: "models", "data-testid": "models-table" });
   const notice = el("div", { class: "notice", "data-testid": "models-notice" });
-  root.replaceChildren(notice, table);
+  root.replaceChildren(notice, table, await analysisSection());
   if (!explicit) notice.textContent = t("control_off", { mode: info.model_control_mode });
 
   async function act(action, name) {

@@ -1,0 +1,153 @@
+"""Search strategies, as pure functions of a measurer: `brute` tries every candidate, `quick` climbs.
+
+Both are generators of `Outcome`s, one per candidate measured, so the caller prints progress, stops on
+its budget, and keeps what was measured when interrupted. A measurer is `measure(candidate,
+concurrency) -> Measurement`; it raises `CandidateFailed` when the candidate cannot be served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from nereid.analyze.space import Candidate, Space
+
+# Quick search stops raising the concurrency once throughput falls below the best so far less this
+# margin: on a busy host one measurement can be well off, and a sweep cut short misses its best point.
+_MIN_GAIN = -0.05
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One candidate at one concurrency, over stable windows."""
+
+    concurrency: int
+    throughput: float  # inferences per second
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    cpu_us_per_infer: float  # all the server's processes
+    rss_mb: float  # all the server's processes, at the end
+    requests: int
+    stable: bool
+
+
+@dataclass(frozen=True)
+class Goal:
+    latency_budget_ms: float | None = None  # on p99
+    min_throughput: float = 0.0
+
+    def meets(self, m: Measurement) -> bool:
+        within = self.latency_budget_ms is None or m.p99_ms <= self.latency_budget_ms
+        return within and m.throughput >= self.min_throughput and m.requests > 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    candidate: Candidate
+    measurements: tuple[Measurement, ...]
+    failure: str | None = None  # why the candidate could not be measured
+
+    def best(self, goal: Goal) -> Measurement | None:
+        """The highest throughput among the measurements that meet the goal."""
+        met = [m for m in self.measurements if goal.meets(m)]
+        return max(met, key=lambda m: m.throughput) if met else None
+
+    def closest(self) -> Measurement | None:
+        """The lowest p99 measured: what comes nearest a latency budget that nothing meets."""
+        return min(self.measurements, key=lambda m: m.p99_ms) if self.measurements else None
+
+
+class CandidateFailed(Exception):
+    """The candidate could not be loaded or served; the search goes on without it."""
+
+
+Measure = Callable[[Candidate, int], Measurement]
+
+
+def score(outcome: Outcome, goal: Goal) -> tuple[int, float]:
+    """Order of merit: candidates meeting the goal by throughput, then the others by lowest p99."""
+    best = outcome.best(goal)
+    if best is not None:
+        return (1, best.throughput)
+    closest = outcome.closest()
+    return (0, -closest.p99_ms) if closest is not None else (-1, 0.0)
+
+
+def sweep(
+    candidate: Candidate, concurrencies: Sequence[int], measure: Measure, goal: Goal, patient: bool
+) -> Outcome:
+    """The candidate at rising concurrencies, until p99 leaves the budget (it only grows with load) or,
+    unless `patient`, throughput falls."""
+    measured: list[Measurement] = []
+    try:
+        for concurrency in sorted(concurrencies):
+            m = measure(candidate, concurrency)
+            measured.append(m)
+            if goal.latency_budget_ms is not None and m.p99_ms > goal.latency_budget_ms:
+                break
+            if not patient and len(measured) > 1:
+                previous = max(x.throughput for x in measured[:-1])
+                if m.throughput < previous * (1 + _MIN_GAIN):
+                    break
+    except CandidateFailed as exc:
+        return Outcome(candidate, tuple(measured), str(exc))
+    return Outcome(candidate, tuple(measured))
+
+
+def brute(space: Space, concurrencies: Sequence[int], measure: Measure, goal: Goal) -> Iterator[Outcome]:
+    """Every candidate of the space, each at every concurrency within the latency budget."""
+    for candidate in space.candidates():
+        yield sweep(candidate, concurrencies, measure, goal, patient=True)
+
+
+def quick_limit(space: Space) -> int:
+    """Quick search measures at most a third of what brute search would."""
+    return max(1, space.size() // 3)
+
+
+def quick(space: Space, concurrencies: Sequence[int], measure: Measure, goal: Goal) -> Iterator[Outcome]:
+    """Hill climbing from the models' own configs: measure the neighbors of the best candidate so far (one
+    setting changed; for an ensemble, any composing model's), then the candidate with every improving
+    change at once (settings that help alone mostly help together: a faster step of an ensemble pays off
+    once its other bottlenecks go too), move to the best while it improves, and stop at a local best or
+    after a third of the space."""
+    limit = quick_limit(space)
+    seen: set[Candidate] = set()
+    current = sweep(space.default(), concurrencies, measure, goal, patient=False)
+    seen.add(current.candidate)
+    yield current
+    while len(seen) < limit:
+        best = current
+        improving: list[Outcome] = []
+        for neighbor in space.neighbors(current.candidate):
+            # one measurement is kept for the combined candidate once two changes improve
+            if len(seen) >= limit - (1 if len(improving) > 1 else 0):
+                break
+            if neighbor in seen:
+                continue
+            seen.add(neighbor)
+            outcome = sweep(neighbor, concurrencies, measure, goal, patient=False)
+            yield outcome
+            if score(outcome, goal) > score(current, goal):
+                improving.append(outcome)
+            if score(outcome, goal) > score(best, goal):
+                best = outcome
+        if len(improving) > 1:
+            steps = [o.candidate for o in sorted(improving, key=lambda o: score(o, goal))]
+            combined = space.combine(current.candidate, steps)
+            if combined not in seen and len(seen) < limit:
+                seen.add(combined)
+                outcome = sweep(combined, concurrencies, measure, goal, patient=False)
+                yield outcome
+                if score(outcome, goal) > score(best, goal):
+                    best = outcome
+        if best is current:
+            return
+        current = best
+
+
+def ranked(outcomes: Sequence[Outcome], goal: Goal) -> list[Outcome]:
+    """Measured candidates, best first (failed ones left out)."""
+    usable = [o for o in outcomes if o.measurements]
+    return sorted(usable, key=lambda o: score(o, goal), reverse=True)

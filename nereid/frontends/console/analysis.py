@@ -1,0 +1,25 @@
+"""The latest `nereid analyze` summary written into a repository this server serves (local ones only)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from nereid.repository.remote.location import is_remote
+
+# Written by nereid analyze into its output repository, beside the model folders (which it ignores).
+SUMMARY_FILE = "nereid_analysis.json"
+
+
+def latest_analysis(repositories: Iterable[Path | str]) -> bytes | None:
+    """The newest summary's JSON, or None where no repository has one."""
+    found = [
+        path
+        for repository in repositories
+        if not is_remote(str(repository))
+        for path in [Path(repository) / SUMMARY_FILE]
+        if path.is_file()
+    ]
+    if not found:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime).read_bytes()

@@ -1,0 +1,186 @@
+"""Quick and brute search on known landscapes: quick measures at most a third and keeps 95% of the best."""
+
+from __future__ import annotations
+
+import pytest
+
+from nereid.analyze.search import Goal, brute, quick, quick_limit, ranked
+from nereid.analyze.space import Choices
+from tests.analyze.landscapes import (
+    FakeMeasurer,
+    ensemble_landscape,
+    ensemble_space,
+    flat_landscape,
+    python_landscape,
+    python_space,
+)
+
+CONCURRENCIES = (1, 4, 16, 64)
+
+
+def best_throughput(outcomes, goal):
+    best = ranked(outcomes, goal)[0].best(goal)
+    assert best is not None
+    return best.throughput
+
+
+@pytest.mark.parametrize(
+    ("space", "landscape", "budget_ms"),
+    [
+        (python_space(), python_landscape, None),
+        (python_space(), python_landscape, 10.0),
+        (python_space(), flat_landscape, 20.0),
+        (ensemble_space(), ensemble_landscape, None),
+        (ensemble_space(), ensemble_landscape, 15.0),
+    ],
+    ids=["python", "python-budget", "flat", "ensemble", "ensemble-budget"],
+)
+def test_quick_reaches_95_percent_of_brute_with_a_third_of_its_candidates(space, landscape, budget_ms):
+    goal = Goal(latency_budget_ms=budget_ms)
+    brute_measurer, quick_measurer = FakeMeasurer(space, landscape), FakeMeasurer(space, landscape)
+    brute_outcomes = list(brute(space, CONCURRENCIES, brute_measurer, goal))
+    quick_outcomes = list(quick(space, CONCURRENCIES, quick_measurer, goal))
+    assert (
+        len(brute_outcomes) == space.size() == len(set(space.candidates())) == len(brute_measurer.candidates)
+    )
+    assert len(quick_measurer.candidates) <= len(brute_measurer.candidates) / 3
+    assert best_throughput(quick_outcomes, goal) >= 0.95 * best_throughput(brute_outcomes, goal)
+
+
+def test_brute_finds_the_known_peak():
+    space = python_space()
+    goal = Goal()
+    outcomes = list(brute(space, CONCURRENCIES, FakeMeasurer(space, python_landscape), goal))
+    chosen = space.settings(ranked(outcomes, goal)[0].candidate)["add_sub"]
+    assert chosen == {
+        "instances": 2,
+        "execution_mode": "thread",
+        "dynamic_batching": True,
+        "max_batch_size": 32,
+        "queue_delay_us": 0,
+        "preferred": "max",
+    }
+
+
+def test_quick_stops_at_the_default_when_every_step_costs():
+    space = python_space()
+    outcomes = list(quick(space, CONCURRENCIES, FakeMeasurer(space, flat_landscape), Goal()))
+    assert ranked(outcomes, Goal())[0].candidate == space.default()
+    # the default and each of its neighbors, once
+    assert len(outcomes) == 1 + len(space.neighbors(space.default()))
+
+
+def test_the_latency_budget_stops_a_sweep_and_limits_the_choice():
+    space = python_space(Choices(instances=(1,), execution_modes=("process",), dynamic_batching=(False,)))
+    measurer = FakeMeasurer(space, python_landscape)
+    goal = Goal(latency_budget_ms=5.0)
+    (outcome,) = brute(space, CONCURRENCIES, measurer, goal)
+    # 1000 * c / (c + 3) infer/s: p99 = 1.5 * c / throughput -> 6 ms at 1, 10.5 ms at 4
+    assert [m.concurrency for m in outcome.measurements] == [1]
+    assert outcome.best(goal) is None
+    assert outcome.closest().concurrency == 1
+
+
+def test_quick_keeps_climbing_past_a_candidate_that_fails_to_load():
+    space = python_space()
+    failing = next(
+        n for n in space.neighbors(space.default()) if space.settings(n)["add_sub"]["instances"] == 2
+    )
+    measurer = FakeMeasurer(space, python_landscape, failing=frozenset({space.key(failing)}))
+    outcomes = list(quick(space, CONCURRENCIES, measurer, Goal()))
+    failed = [o for o in outcomes if o.failure]
+    assert [o.candidate for o in failed] == [failing]
+    assert "failed to load" in failed[0].failure
+    assert failing not in [o.candidate for o in ranked(outcomes, Goal())]
+    assert best_throughput(outcomes, Goal()) > best_throughput(outcomes[:1], Goal())
+
+
+def test_quick_never_measures_more_than_a_third():
+    space = python_space()
+
+    # climbs for ever: every step up any dimension is better
+    def rising(settings, concurrency):
+        s = settings["add_sub"]
+        return (
+            100.0
+            * s["instances"]
+            * (2 if s["execution_mode"] == "thread" else 1)
+            * (1 + s["max_batch_size"] + s["queue_delay_us"] / 100 if s["dynamic_batching"] else 1)
+            * concurrency
+        )
+
+    measurer = FakeMeasurer(space, rising)
+    list(quick(space, CONCURRENCIES, measurer, Goal()))
+    assert len(measurer.candidates) <= quick_limit(space) == space.size() // 3
+
+
+def test_space_leaves_out_candidates_that_differ_only_in_unused_batching_settings():
+    space = python_space(Choices(instances=(1,), execution_modes=("process",)))
+    keys = [space.key(c) for c in space.candidates()]
+    assert len(keys) == space.size()
+    # batching off once, then on with 3 max batch sizes x 2 delays x 2 preferred
+    assert len(keys) == len(set(keys)) == 1 + 3 * 2 * 2
+    off = [k for k in keys if "dynamic_batching=off" in k]
+    assert off == [
+        "add_sub: instances=1 execution_mode=process dynamic_batching=off max_batch_size=64 "
+        "queue_delay_us=0 preferred=none"
+    ]
+
+
+def test_override_sets_each_setting_in_the_config_json():
+    space = ensemble_space()
+    candidate = next(
+        c
+        for c in space.candidates()
+        if space.settings(c)["detector"]
+        == {
+            "instances": 2,
+            "intra_op_threads": 2,
+            "dynamic_batching": True,
+            "max_batch_size": 32,
+            "queue_delay_us": 1000,
+            "preferred": "max",
+        }
+        and space.settings(c)["pre"]["execution_mode"] == "thread"
+    )
+    detector = space.override(candidate, "detector")
+    assert detector["instance_group"] == [{"kind": "KIND_CPU", "count": 2}]
+    assert detector["parameters"] == {"intra_op_thread_count": {"string_value": "2"}}
+    assert detector["max_batch_size"] == 32
+    assert detector["dynamic_batching"] == {
+        "max_queue_delay_microseconds": 1000,
+        "preferred_batch_size": [32],
+    }
+    assert space.override(candidate, "pre")["parameters"] == {"EXECUTION_MODE": {"string_value": "thread"}}
+    assert "parameters" not in space.override(space.default(), "detector")
+
+
+def test_quick_measures_the_improving_changes_together():
+    space = python_space(
+        Choices(
+            instances=(1, 2),
+            execution_modes=("process", "thread"),
+            max_batch_sizes=(8,),
+            queue_delays_us=(0,),
+            preferred=("none",),
+        )
+    )
+
+    def together(settings, concurrency):  # each change helps a little, both together a lot
+        s = settings["add_sub"]
+        both = s["instances"] == 2 and s["execution_mode"] == "thread"
+        return (
+            (
+                3000.0
+                if both
+                else 1000.0 + 100 * (s["instances"] == 2) + 100 * (s["execution_mode"] == "thread")
+            )
+            * concurrency
+            / (concurrency + 1)
+        )
+
+    measurer = FakeMeasurer(space, together)
+    outcomes = list(quick(space, CONCURRENCIES, measurer, Goal()))
+    assert space.size() == 12 and len(outcomes) == quick_limit(space) == 4
+    best = space.settings(ranked(outcomes, Goal())[0].candidate)["add_sub"]
+    assert best["instances"] == 2 and best["execution_mode"] == "thread"
