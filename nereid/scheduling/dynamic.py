@@ -219,11 +219,7 @@ class DynamicBatcher(PooledScheduler):
         ):
             raise QueueFull(f"{request_prefix(request.id)}Exceeds maximum queue size")
         now = self._clock()
-        requested_us = request.timeout_us
-        # a request that asks for no timeout has the level's default, with no call
-        timeout_us = (
-            queue_policy.timeout_us(requested_us) if requested_us else queue_policy.default_timeout_us
-        )
+        timeout_us = queue_policy.timeout_us(request.timeout_us)
         # The policy's view of it, the same for every request of a layout: kept, for the next one.
         layout = request.layout
         view = None if layout is None else self._layout_views.get(layout)
