@@ -246,8 +246,7 @@ class DynamicBatcher(PooledScheduler):
             self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
         if entry.deadline is not None:  # so that it is rejected on time even while no instance is free
             self._arm(entry.deadline)
-        if not self._deciding_soon:  # the turn's first request: the others join its decision
-            self._decide_soon()
+        self._decide_soon()  # once per turn of the loop: later requests join the first one's decision
         return entry
 
     def _policy_view(self, request: BackendRequest) -> tuple[int, Hashable]:
