@@ -201,8 +201,7 @@ class DynamicBatcher(PooledScheduler):
     # the Scheduler protocol
     def enqueue(self, request: BackendRequest, timing: RequestTiming | None, done: Done) -> QueuedRequest:
         """Queue a request: `done` gets its outputs or its error once, on the event loop."""
-        if self.pool.closed:
-            raise unloading(self._label)
+        self.pool.check_open()
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
