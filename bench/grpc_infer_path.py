@@ -16,7 +16,9 @@ trees can be compared on a busy host, and under callgrind as instruction counts:
 With `--instructions N1,N2` it runs itself twice under callgrind, with N1 and N2 requests, and prints the
 instructions per request from the difference (start-up and model loading cancel out). `--metadata`
 adds the headers perf_analyzer's client sends as call metadata; `--trace-rate N` traces every Nth request
-(`--trace-config rate=N,level=TIMESTAMPS`, written to a file in the run's folder).
+(`--trace-config rate=N,level=TIMESTAMPS`, written to a file in the run's folder). `--timeout-us N` sets
+the request's `timeout` parameter: a request control, which the servicer's layout cache does not keep, so
+that every request is decoded in full by the codec (`decode_infer_request`), as a sequence's would be.
 """
 
 from __future__ import annotations
@@ -52,11 +54,13 @@ INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 PERF_ANALYZER_METADATA = (("user-agent", "grpc-c++/1.62.1 grpc-c/39.0.0 (linux; chttp2)"),)
 
 
-def infer_payload() -> bytes:
+def infer_payload(timeout_us: int = 0) -> bytes:
     """perf_analyzer's request for add_sub: two FP32 [1,16] inputs in raw contents, both outputs asked,
-    and the parameter perf_analyzer sets on every call."""
+    and the parameter perf_analyzer sets on every call (and `timeout`, when not 0)."""
     request = pb.ModelInferRequest(model_name=MODEL)
     request.parameters["triton_enable_empty_final_response"].bool_param = True
+    if timeout_us:
+        request.parameters["timeout"].int64_param = timeout_us
     for name in ("INPUT0", "INPUT1"):
         request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
         request.raw_input_contents.append(np.arange(16, dtype=np.float32).tobytes())
@@ -101,7 +105,7 @@ async def _drive(
     server._front = front
     try:
         method_id = next(i for i, (path, _) in enumerate(server._table) if path == INFER_METHOD)
-        payload = infer_payload()
+        payload = infer_payload(args.timeout_us)
         metadata = PERF_ANALYZER_METADATA if args.metadata else ()
         details = (metadata, "ipv4:127.0.0.1:40000", None)
         call_ids = iter(range(1, 1 << 62))
@@ -174,6 +178,7 @@ def _options(args: argparse.Namespace) -> list[str]:
     return [
         *(["--metadata"] if args.metadata else []),
         *([f"--trace-rate={args.trace_rate}"] if args.trace_rate else []),
+        *([f"--timeout-us={args.timeout_us}"] if args.timeout_us else []),
     ]
 
 
@@ -181,6 +186,7 @@ def main() -> None:
     parser = path_parser(__doc__)
     parser.add_argument("--metadata", action="store_true", help="perf_analyzer's call metadata")
     parser.add_argument("--trace-rate", type=int, default=0, help="trace every Nth request (0: no tracing)")
+    parser.add_argument("--timeout-us", type=int, default=0, help="the requests' timeout parameter (0: none)")
     path_main(parser, _run, _options, __file__)
 
 

@@ -44,8 +44,7 @@ class DefaultScheduler(PooledScheduler):
     def enqueue(self, request: BackendRequest, timing: RequestTiming | None, done: Done) -> Job:
         """The Scheduler primitive: `done` gets the outputs or the error once, on the event loop. A model
         that runs inline has answered before this returns."""
-        if self.pool.closed:
-            raise unloading(self._label)
+        self.pool.check_open()
         job = Job(request, timing, time.perf_counter_ns() if timing is not None else 0, done)
         self._start(job)
         return job

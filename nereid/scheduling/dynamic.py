@@ -201,8 +201,7 @@ class DynamicBatcher(PooledScheduler):
     # the Scheduler protocol
     def enqueue(self, request: BackendRequest, timing: RequestTiming | None, done: Done) -> QueuedRequest:
         """Queue a request: `done` gets its outputs or its error once, on the event loop."""
-        if self.pool.closed:
-            raise unloading(self._label)
+        self.pool.check_open()
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -219,11 +218,7 @@ class DynamicBatcher(PooledScheduler):
         ):
             raise QueueFull(f"{request_prefix(request.id)}Exceeds maximum queue size")
         now = self._clock()
-        requested_us = request.timeout_us
-        # a request that asks for no timeout has the level's default, with no call
-        timeout_us = (
-            queue_policy.timeout_us(requested_us) if requested_us else queue_policy.default_timeout_us
-        )
+        timeout_us = queue_policy.timeout_us(request.timeout_us)
         # The policy's view of it, the same for every request of a layout: kept, for the next one.
         layout = request.layout
         view = None if layout is None else self._layout_views.get(layout)
@@ -250,8 +245,7 @@ class DynamicBatcher(PooledScheduler):
             self._queued_per_level[level] = self._queued_per_level.get(level, 0) + 1
         if entry.deadline is not None:  # so that it is rejected on time even while no instance is free
             self._arm(entry.deadline)
-        if not self._deciding_soon:  # the turn's first request: the others join its decision
-            self._decide_soon()
+        self._decide_soon()  # once per turn of the loop: later requests join the first one's decision
         return entry
 
     def _policy_view(self, request: BackendRequest) -> tuple[int, Hashable]:

@@ -338,6 +338,11 @@ class InstancePool:
                 return False
         return True
 
+    def check_open(self) -> None:
+        """Refuse a request once the instances are closing (every scheduler's first check)."""
+        if self.closed:
+            raise unloading(self.label)
+
     # stopping
     def stop(self, fail_queued: Callable[[], None]) -> None:
         """Refuse new executions, have the scheduler fail what it still queues (`fail_queued`, run on the

@@ -159,8 +159,7 @@ class SequenceBatcher(PooledScheduler):
             raise InvalidArgument(
                 f"inference request to model '{self._model}' must specify a non-zero or non-empty correlation ID"
             )
-        if self.pool.closed:
-            raise unloading(self._label)
+        self.pool.check_open()
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()

@@ -555,3 +555,16 @@ def test_a_sequence_with_a_request_in_flight_is_not_counted_as_waiting() -> None
     finally:
         gate.set()
         scheduler.stop()
+
+
+def test_a_stopped_batcher_refuses_requests_as_its_model_unloads() -> None:
+    instance = Instance()
+    scheduler = SequenceBatcher("m", _config(2, ""), [instance])
+    scheduler.stop()
+
+    async def run() -> None:
+        with pytest.raises(Unavailable, match="^model m is unloading$"):
+            await scheduler.execute(_request(1, 1, SEQUENCE_START))
+
+    asyncio.run(run())
+    assert instance.calls == [] and instance.closed

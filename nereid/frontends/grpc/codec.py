@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -108,24 +107,12 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
             if raw_used >= raw_count:
                 raise _no_data(name, model_name)
             check_shape(shape, name)
-            dtype = _FIXED_SIZE.get(datatype)
-            if dtype is not None:  # the common case, inline: a view on the message's bytes
-                buffer = raw[raw_used]
-                expected = math.prod(shape) * dtype.itemsize
-                if len(buffer) == expected:
-                    data = np.frombuffer(buffer, dtype=dtype).reshape(shape)
-                else:
-                    data, data_error = (
-                        _NO_DATA,
-                        size_mismatch(prefix, name, model_name, expected, len(buffer)),
-                    )
-            elif datatype not in WIRE_DATATYPES:
+            if datatype not in WIRE_DATATYPES:
                 raise InvalidArgument(f"invalid datatype for input {name}")
-            else:
-                try:
-                    data = tensor_from_bytes(raw[raw_used], datatype, shape, name, model_name, prefix)
-                except InputDataError as exc:
-                    data, data_error = _NO_DATA, exc
+            try:
+                data = tensor_from_bytes(raw[raw_used], datatype, shape, name, model_name, prefix)
+            except InputDataError as exc:
+                data, data_error = _NO_DATA, exc
             raw_used += 1
         else:
             try:
@@ -146,8 +133,6 @@ def decode_infer_request(message: pb.ModelInferRequest) -> InferRequest:
 
 
 _NO_DATA = np.empty(0, dtype=np.uint8)  # placeholder until the engine reads the shared memory region
-# The wire datatypes whose elements have one size, and their numpy types.
-_FIXED_SIZE = {datatype: numpy_dtype(datatype) for datatype in WIRE_DATATYPES if datatype != "BYTES"}
 
 
 def _shared_memory_ref(parameters: dict[str, Any], name: str) -> SharedMemoryRef:
