@@ -43,7 +43,7 @@ HELP = {
     "--http-max-connections": "HTTP connections open at once; beyond it new ones wait to be accepted "
     "(default: half the open-file limit, at most 10000)",
     "--max-model-instances": "model instances the server holds, all models together; a load beyond it "
-    "fails before any instance starts (default: 32 per CPU, at most one per 128 MiB of host memory, "
+    "fails before any instance starts (default: 256 per CPU, at most one per 48 MiB of host memory, "
     "at least 16)",
     "--allow-grpc": "serve Triton's gRPC API",
     "--grpc-address": "address the gRPC server binds to",

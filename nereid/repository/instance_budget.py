@@ -16,10 +16,13 @@ from collections.abc import Callable
 from nereid.errors import InvalidArgument
 from nereid.host import available_cpus
 
-# Instances per CPU, and host memory per instance, that the default allows: a CPU keeps a few busy
-# instances useful, and a Python worker process takes tens of MiB before its model loads anything.
-INSTANCES_PER_CPU = 32
-MEMORY_PER_INSTANCE = 128 << 20
+# Instances per CPU, and host memory per instance, that the default allows. Triton's repositories hold
+# hundreds of instances on small hosts (a CPU model whose config names no count gets two instances:
+# its QA suite's L0_infer repository asks for about 290), so the bound sits well above what real
+# repositories ask for. It is set by memory: a Python worker process takes 20 to 40 MiB before its model
+# loads anything, so at 48 MiB an instance the bound comes before workers alone fill the host's memory.
+INSTANCES_PER_CPU = 256
+MEMORY_PER_INSTANCE = 48 << 20
 MIN_INSTANCES = 16
 
 

@@ -20,9 +20,9 @@ PYTHON_EXAMPLES = ROOT / "examples" / "python_model_repository"
 
 
 def test_the_default_follows_cpus_and_memory() -> None:
-    assert default_max_instances(cpus=2, memory_bytes=24 << 30) == 64  # 32 per CPU
-    assert default_max_instances(cpus=64, memory_bytes=4 << 30) == 32  # 128 MiB each
-    assert default_max_instances(cpus=1, memory_bytes=1 << 30) == 16  # never under 16
+    assert default_max_instances(cpus=2, memory_bytes=24 << 30) == 512  # 256 per CPU
+    assert default_max_instances(cpus=64, memory_bytes=4 << 30) == 85  # 48 MiB each
+    assert default_max_instances(cpus=1, memory_bytes=512 << 20) == 16  # never under 16
 
 
 def test_a_reservation_beyond_the_bound_is_refused_and_one_given_back_is_free_again() -> None:
