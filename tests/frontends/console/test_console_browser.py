@@ -82,7 +82,7 @@ def test_live_charts_move_when_requests_arrive(page: Any, console_server: Runnin
     _open(page, console_server, "live/simple")
     canvas = page.locator('[data-testid="chart-throughput"] canvas')
     canvas.wait_for()
-    page.wait_for_function("() => document.querySelector('[data-testid=now-cpu]').textContent.includes('%')")
+    page.wait_for_function("() => document.querySelector('[data-testid=now-cpu]')?.textContent.includes('%')")
     before = canvas.evaluate("c => c.toDataURL()")
     stop_sending = threading.Event()
     sender = threading.Thread(target=_send_until, args=(console_server, stop_sending))
@@ -90,13 +90,13 @@ def test_live_charts_move_when_requests_arrive(page: Any, console_server: Runnin
     try:
         # the throughput shown reaches a positive rate, and the latency a number
         page.wait_for_function(
-            "() => parseFloat(document.querySelector('[data-testid=now-throughput]').textContent) > 0"
+            "() => parseFloat(document.querySelector('[data-testid=now-throughput]')?.textContent) > 0"
         )
         page.wait_for_function(
-            "() => /p50 [0-9]/.test(document.querySelector('[data-testid=now-latency]').textContent)"
+            "() => /p50 [0-9]/.test(document.querySelector('[data-testid=now-latency]')?.textContent)"
         )
         page.wait_for_function(
-            "() => document.querySelector('[data-testid=hint]').dataset.code === 'batcher_off'"
+            "() => document.querySelector('[data-testid=hint]')?.dataset.code === 'batcher_off'"
         )
     finally:
         stop_sending.set()
@@ -125,7 +125,7 @@ def test_try_it_reports_bad_input(page: Any, console_server: RunningServer) -> N
     page.get_by_role("button", name="Send").click()
     status = page.get_by_test_id("try-status")
     page.wait_for_function(
-        "() => document.querySelector('[data-testid=try-status]').textContent.startsWith('Error')"
+        "() => document.querySelector('[data-testid=try-status]')?.textContent.startsWith('Error')"
     )
     # the server's words, which are Triton's (its test scripts compare the whole error body)
     assert status.inner_text() == "Error: Failed to parse 'data' field: shape does not match true shape"
@@ -192,7 +192,7 @@ def test_model_control_obeys_the_restricted_api(browser: Any, tmp_path: Any) -> 
         notice = page.get_by_test_id("models-notice")
         # the index itself is restricted: the page says which header it needs
         page.wait_for_function(
-            "() => document.querySelector('[data-testid=models-notice]').textContent.length > 0"
+            "() => document.querySelector('[data-testid=models-notice]')?.textContent.length > 0"
         )
         assert "This API is restricted, expecting header 'x-console-key'" in notice.inner_text()
         page.locator(".settings summary").click()
