@@ -112,29 +112,29 @@ class Space:
                 yield candidate
 
     def neighbors(self, candidate: Candidate) -> list[Candidate]:
-        """Candidates that change one setting to another of its values, each once. Every value, not only
-        the adjacent ones: an ensemble runs at its slowest step's pace, so a step may only pay off once
-        another member is faster, and settings such as ONNX Runtime's automatic threads have no order."""
+        """Candidates that change one setting to another of its values, each once, in dimension order."""
         found: dict[Candidate, None] = {}
-        for i, dim in enumerate(self.dimensions):
-            if dim.name in _BATCHING_ONLY and not self._batching(candidate.values, dim.model):
-                continue
-            for value in dim.values:
-                values = list(candidate.values)
-                values[i] = value
-                step = self.normalize(Candidate(tuple(values)))
-                if step != candidate:
-                    found.setdefault(step, None)
+        for i in range(len(self.dimensions)):
+            found.update(dict.fromkeys(self.steps(candidate, i)))
         return list(found)
 
-    def combine(self, base: Candidate, steps: Sequence[Candidate]) -> Candidate:
-        """`base` with the changes of every step applied (a later step's value wins where two differ)."""
-        values = list(base.values)
-        for step in steps:
-            for i, (was, now) in enumerate(zip(base.values, step.values, strict=True)):
-                if now != was:
-                    values[i] = now
-        return self.normalize(Candidate(tuple(values)))
+    def steps(self, candidate: Candidate, i: int) -> list[Candidate]:
+        """Candidates that change dimension `i` alone, the values nearest the current one first. Every
+        value, not only the adjacent ones: an ensemble runs at its slowest step's pace, so a step may only
+        pay off once another member is faster, and settings such as ONNX Runtime's automatic threads have
+        no order. None while `i` only matters with batching and batching is off."""
+        dim = self.dimensions[i]
+        if dim.name in _BATCHING_ONLY and not self._batching(candidate.values, dim.model):
+            return []
+        here = dim.values.index(candidate.values[i])
+        out = []
+        for value in sorted(dim.values, key=lambda v: abs(dim.values.index(v) - here)):
+            values = list(candidate.values)
+            values[i] = value
+            step = self.normalize(Candidate(tuple(values)))
+            if step != candidate:
+                out.append(step)
+        return out
 
     def settings(self, candidate: Candidate) -> dict[str, dict[str, Value]]:
         """model -> {dimension name: value}."""

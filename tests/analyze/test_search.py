@@ -83,8 +83,11 @@ def test_the_latency_budget_stops_a_sweep_and_limits_the_choice():
 
 def test_quick_keeps_climbing_past_a_candidate_that_fails_to_load():
     space = python_space()
+    # thread mode is the first setting tried
     failing = next(
-        n for n in space.neighbors(space.default()) if space.settings(n)["add_sub"]["instances"] == 2
+        n
+        for n in space.neighbors(space.default())
+        if space.settings(n)["add_sub"]["execution_mode"] == "thread"
     )
     measurer = FakeMeasurer(space, python_landscape, failing=frozenset({space.key(failing)}))
     outcomes = list(quick(space, CONCURRENCIES, measurer, Goal()))
@@ -184,3 +187,24 @@ def test_quick_measures_the_improving_changes_together():
     assert space.size() == 12 and len(outcomes) == quick_limit(space) == 4
     best = space.settings(ranked(outcomes, Goal())[0].candidate)["add_sub"]
     assert best["instances"] == 2 and best["execution_mode"] == "thread"
+
+
+def test_quick_reaches_three_changes_within_a_third_of_a_small_space():
+    """add_sub as measured on a quiet host: thread mode helps most, batching and a second instance a
+    little each, and the best has all three. A third of this space is 4 candidates."""
+    space = python_space(
+        Choices(instances=(1, 2), max_batch_sizes=(8,), queue_delays_us=(0,), preferred=("none",))
+    )
+
+    def measured(settings, concurrency):
+        s = settings["add_sub"]
+        capacity = 5000.0 * (1.9 if s["execution_mode"] == "thread" else 1.0)
+        capacity *= 1.15 if s["dynamic_batching"] else 1.0
+        capacity *= 1.15 if s["instances"] == 2 and s["execution_mode"] == "thread" else 1.0
+        return capacity * concurrency / (concurrency + 1)
+
+    measurer = FakeMeasurer(space, measured)
+    outcomes = list(quick(space, CONCURRENCIES, measurer, Goal()))
+    assert space.size() == 12 and len(measurer.candidates) == quick_limit(space) == 4
+    best = space.settings(ranked(outcomes, Goal())[0].candidate)["add_sub"]
+    assert best["instances"] == 2 and best["execution_mode"] == "thread" and best["dynamic_batching"]
