@@ -25,6 +25,10 @@ from nereid.analyze.space import (
 # Quick search stops raising the concurrency once throughput falls below the best so far less this
 # margin: on a busy host one measurement can be well off, and a sweep cut short misses its best point.
 _MIN_GAIN = -0.05
+# Throughputs closer than this are within a shared host's noise (the same config measured twice on two
+# busy cores differed by 10 to 20%): between two such candidates the one spending less CPU per inference
+# is taken, the steadier figure, and the one that decides throughput once the cores are busy.
+NOISE = 0.10
 # The order quick search tries settings in, after docs/performance.md: thread mode and dynamic batching
 # change a Python model's CPU per request most, instance counts and ONNX Runtime's threads share the
 # cores out among instances, and the finer batching settings matter least.
@@ -96,6 +100,20 @@ def score(outcome: Outcome, goal: Goal) -> tuple[int, float]:
     return (0, -closest.p99_ms) if closest is not None else (-1, 0.0)
 
 
+def beats(a: Outcome, b: Outcome, goal: Goal) -> bool:
+    """Whether `a` is clearly better than `b`: higher in `score`, and where both meet the goal, more than
+    the noise ahead in throughput, or within the noise and cheaper in CPU per inference."""
+    score_a, score_b = score(a, goal), score(b, goal)
+    if score_a[0] != score_b[0] or score_a[0] != 1:
+        return score_a > score_b
+    best_a, best_b = a.best(goal), b.best(goal)
+    assert best_a is not None and best_b is not None  # noqa: S101 (both meet the goal)
+    if best_a.throughput > best_b.throughput * (1 + NOISE):
+        return True
+    within = best_a.throughput >= best_b.throughput * (1 - NOISE)
+    return within and best_a.cpu_us_per_infer < best_b.cpu_us_per_infer
+
+
 def sweep(
     candidate: Candidate, concurrencies: Sequence[int], measure: Measure, goal: Goal, patient: bool
 ) -> Outcome:
@@ -155,12 +173,20 @@ def quick(space: Space, concurrencies: Sequence[int], measure: Measure, goal: Go
             seen.add(step)
             outcome = sweep(step, concurrencies, measure, goal, patient=False)
             yield outcome
-            if score(outcome, goal) > score(current, goal):
+            if beats(outcome, current, goal):
                 current, unchanged = outcome, 0
                 break
 
 
 def ranked(outcomes: Sequence[Outcome], goal: Goal) -> list[Outcome]:
-    """Measured candidates, best first (failed ones left out)."""
-    usable = [o for o in outcomes if o.measurements]
-    return sorted(usable, key=lambda o: score(o, goal), reverse=True)
+    """Measured candidates, best first (failed ones left out): of those within the noise of the highest
+    throughput that meets the goal, the lowest CPU per inference first; then the rest by `score`."""
+    usable = sorted((o for o in outcomes if o.measurements), key=lambda o: score(o, goal), reverse=True)
+    top = usable[0].best(goal) if usable else None
+    if top is None:
+        return usable
+    close = [
+        o for o in usable if (m := o.best(goal)) is not None and m.throughput >= top.throughput * (1 - NOISE)
+    ]
+    close.sort(key=lambda o: o.best(goal).cpu_us_per_infer)  # type: ignore[union-attr]
+    return close + usable[len(close) :]

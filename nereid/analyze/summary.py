@@ -51,8 +51,9 @@ def verdict(space: Space, outcomes: list[Outcome], goal: Goal) -> tuple[str, Out
     assert best is not None  # noqa: S101 (chosen meets the goal)
     ratio = f" ({best.throughput / own.throughput:.2f}x)" if own else ""
     return (
-        f"Best: {space.describe(chosen.candidate)}: {best.throughput:,.0f} infer/s at concurrency "
-        f"{best.concurrency}, p99 {best.p99_ms:.2f} ms{ratio}; the model's own config: {own_text}.",
+        f"Best: {space.describe(chosen.candidate)}: {best.throughput:,.0f} infer/s{ratio} at concurrency "
+        f"{best.concurrency}, p99 {best.p99_ms:.2f} ms, {best.cpu_us_per_infer:,.0f} CPU us per inference; "
+        f"the model's own config: {own_text}.",
         chosen,
     )
 

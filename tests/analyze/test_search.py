@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nereid.analyze.search import Goal, brute, quick, quick_limit, ranked
+from nereid.analyze.search import Goal, Measurement, Outcome, beats, brute, quick, quick_limit, ranked
 from nereid.analyze.space import Choices
 from tests.analyze.landscapes import (
     FakeMeasurer,
@@ -208,3 +208,47 @@ def test_quick_reaches_three_changes_within_a_third_of_a_small_space():
     assert space.size() == 12 and len(measurer.candidates) == quick_limit(space) == 4
     best = space.settings(ranked(outcomes, Goal())[0].candidate)["add_sub"]
     assert best["instances"] == 2 and best["execution_mode"] == "thread" and best["dynamic_batching"]
+
+
+def _outcome(space, candidate, throughput, cpu_us):
+    m = Measurement(16, throughput, 1.0, 1.5, 2.0, cpu_us, 100.0, int(throughput), True)
+    return Outcome(candidate, (m,))
+
+
+def test_within_the_noise_the_candidate_costing_less_cpu_ranks_first():
+    space = python_space()
+    a, b, c = list(space.candidates())[:3]
+    # b measured 8% above a but costs more CPU per inference: a shared host's noise, a is cheaper
+    ranking = ranked([_outcome(space, a, 10_000, 60), _outcome(space, b, 10_800, 70)], Goal())
+    assert [o.candidate for o in ranking] == [a, b]
+    # c 15% above: more than the noise, it wins whatever it costs
+    ranking = ranked(
+        [_outcome(space, a, 10_000, 60), _outcome(space, b, 10_800, 70), _outcome(space, c, 12_500, 90)],
+        Goal(),
+    )
+    assert [o.candidate for o in ranking] == [c, b, a]
+    # b within the noise of c and cheaper: first; a is not within it
+    ranking = ranked(
+        [_outcome(space, a, 10_000, 60), _outcome(space, b, 11_500, 70), _outcome(space, c, 12_500, 90)],
+        Goal(),
+    )
+    assert [o.candidate for o in ranking] == [b, c, a]
+    assert beats(_outcome(space, c, 12_500, 90), _outcome(space, a, 10_000, 60), Goal())
+    assert not beats(_outcome(space, b, 10_800, 70), _outcome(space, a, 10_000, 60), Goal())
+    assert beats(_outcome(space, a, 10_000, 60), _outcome(space, b, 10_800, 70), Goal())
+
+
+def test_quick_does_not_move_on_a_gain_within_the_noise_that_costs_cpu():
+    space = python_space(Choices(instances=(1, 2), execution_modes=("process",)))
+    seen = []
+
+    def measure(candidate, concurrency):  # a second instance: 5% more throughput, 20% more CPU
+        seen.append(candidate)
+        two = space.settings(candidate)["add_sub"]["instances"] == 2
+        throughput = 1000.0 * concurrency * (1.05 if two else 1.0)
+        return Measurement(concurrency, throughput, 1.0, 1.5, 2.0, 120.0 if two else 100.0, 100.0, 100, True)
+
+    outcomes = list(quick(space, (1, 4), measure, Goal()))
+    # batching on (no gain), then the second instance, then no setting left that gains: done
+    assert len(outcomes) == 3 and any(space.settings(c)["add_sub"]["instances"] == 2 for c in seen)
+    assert ranked(outcomes, Goal())[0].candidate == space.default()
