@@ -3,8 +3,10 @@
 Each round runs `--search brute` and `--search quick` over the same space (alternating which goes
 first), and prints, side by side: candidates measured, the best throughput within the latency budget,
 the chosen settings and the wall time. Runs on a shared host differ from each other by more than
-settings do, so each round also prints quick's pick as brute measured it in the same round: that ratio
-to brute's best compares two candidates measured minutes apart, not two runs.
+settings do, so each round also prints quick's pick as brute measured it in the same round, and then
+measures the two picks again, each served from the folder its search wrote, in alternating rounds
+(`--confirm-rounds`): medians of throughput within the budget and of CPU per inference. Brute's best is
+the highest of twelve noisy figures, so the picks measured again are the fair comparison.
 
 With `--model-analyzer PATH`, Model Analyzer's brute search profiles the same model on Nereid (local
 launch mode, over gRPC, with the stability settings of docs/model_analyzer.md) within its own small
