@@ -38,13 +38,13 @@ ADD_SUB_REPOSITORY = ROOT / "examples" / "python_model_repository"
 # or at the model's own 64: 12 candidates, of which quick measures at most 4.
 SPACE = (
     "--instance-counts 1,2 --execution-modes process,thread --dynamic-batching off,on --max-batch-sizes 8 "
-    "--queue-delays-us 0 --preferred-batch-sizes none --concurrency 1,4,16"
+    "--queue-delays-us 0 --preferred-batch-sizes max --concurrency 1,4,16"
 ).split()
 # Model Analyzer's automatic brute search with the flags below: the default config, and dynamic batching
 # at max batch size 1, 2 and 4 with 1 or 2 instances, each at concurrency 1, 2 and 4.
 MA_SPACE = (
     "--instance-counts 1,2 --dynamic-batching on --max-batch-sizes 1,2,4 --queue-delays-us 0 "
-    "--preferred-batch-sizes none --concurrency 1,2,4 --protocol grpc"
+    "--preferred-batch-sizes max --concurrency 1,2,4 --protocol grpc"
 ).split()
 MA_FLAGS = (
     "--run-config-search-max-instance-count 2 --run-config-search-max-model-batch-size 4 "
@@ -233,6 +233,8 @@ def model_analyzer(args: argparse.Namespace, work: Path) -> tuple[float, str, fl
     wall = time.monotonic() - started
     if done.returncode != 0:
         sys.exit(f"model-analyzer failed ({done.returncode}):\n{done.stdout[-4000:]}{done.stderr[-4000:]}")
+    if "no valid requests recorded" in done.stdout + done.stderr:
+        print("  Model Analyzer recorded no valid requests for some measurement (see docs/model_analyzer.md)")
     with open(folder / "export" / "results" / "metrics-model-inference.csv") as results:
         rows = [r for r in csv.DictReader(results) if float(r["p99 Latency (ms)"]) <= args.latency_budget_ms]
     top = max(rows, key=lambda r: float(r["Throughput (infer/sec)"]))

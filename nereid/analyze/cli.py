@@ -117,10 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-delays-us", type=_ints, default=Choices.queue_delays_us, metavar="0,1000")
     p.add_argument(
         "--preferred-batch-sizes",
-        type=_words(("none", "max")),
+        type=_words(("max", "half")),
         default=Choices.preferred,
-        metavar="none,max",
-        help="none, or the max batch size",
+        metavar="max,half",
+        help="max: full batches (none set), half: half the max batch size",
     )
     p.add_argument("--dynamic-batching", type=_words(("off", "on")), default=("off", "on"), metavar="off,on")
     p.add_argument(

@@ -7,7 +7,8 @@ concurrency) -> Measurement`; it raises `CandidateFailed` when the candidate can
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import itertools
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from nereid.analyze.space import (
@@ -29,12 +30,13 @@ _MIN_GAIN = -0.05
 # busy cores differed by 10 to 20%): between two such candidates the one spending less CPU per inference
 # is taken, the steadier figure, and the one that decides throughput once the cores are busy.
 NOISE = 0.10
-# The order quick search tries settings in, after docs/performance.md: thread mode and dynamic batching
-# change a Python model's CPU per request most, instance counts and ONNX Runtime's threads share the
-# cores out among instances, and the finer batching settings matter least.
+# The order quick search tries settings in. Dynamic batching first: it decides how many executions the
+# rest costs, and thread mode pays most once requests are batched (add_sub at concurrency 16: thread mode
+# alone was slower than process mode, thread mode with batching the fastest of all). Instance counts and
+# ONNX Runtime's threads share the cores out among instances; the finer batching settings matter least.
 _PRIORITY = (
-    EXECUTION_MODE,
     DYNAMIC_BATCHING,
+    EXECUTION_MODE,
     INSTANCES,
     INTRA_OP_THREADS,
     MAX_BATCH_SIZE,
@@ -148,34 +150,58 @@ def quick_limit(space: Space) -> int:
 
 def quick(space: Space, concurrencies: Sequence[int], measure: Measure, goal: Goal) -> Iterator[Outcome]:
     """Coordinate ascent from the models' own configs: one setting at a time, the settings that most
-    often decide Nereid's speed first, each tried at its other values until one improves on the best so
-    far; the search moves there at once and goes on with the next setting. It stops when a whole round
-    of settings brings no gain, or after a third of the space.
+    often decide Nereid's speed first, each tried at its other values until one clearly beats the best so
+    far; the search moves there at once and goes on with the next setting. When a whole round of settings
+    brings no gain, an ensemble's search tries two settings of different members at once (it runs at its
+    slowest step's pace, so when two steps are about as slow, speeding up either alone gains nothing);
+    a single model's stops there. It never measures more than a third of the space.
 
     Moving at the first gain, rather than measuring every neighbor of a point before choosing, is what
-    fits a third of a small space: on a Python model, thread mode, dynamic batching and a second instance
-    each help and help most together, and the climb reaches all three in four candidates."""
+    fits a third of a small space: on a Python model, dynamic batching, thread mode and a second instance
+    each may help and help most together, and the climb reaches all three in four candidates."""
     limit = quick_limit(space)
     current = sweep(space.default(), concurrencies, measure, goal, patient=False)
     seen = {current.candidate}
     yield current
     order = sorted(range(len(space.dimensions)), key=lambda i: _PRIORITY.index(space.dimensions[i].name))
-    unchanged, turn = 0, 0  # settings tried in a row without a gain; which one is next
-    while unchanged < len(order):
-        dimension = order[turn % len(order)]
-        turn += 1
-        unchanged += 1
-        for step in space.steps(current.candidate, dimension):
+
+    def attempt(steps: Iterable[Candidate]) -> Generator[Outcome, None, Outcome | None]:
+        """Measures the steps not measured yet until one clearly beats `current`, and returns it."""
+        for step in steps:
             if step in seen:
                 continue
             if len(seen) >= limit:
-                return
+                return None
             seen.add(step)
             outcome = sweep(step, concurrencies, measure, goal, patient=False)
             yield outcome
             if beats(outcome, current, goal):
-                current, unchanged = outcome, 0
-                break
+                return outcome
+        return None
+
+    unchanged, turn = 0, 0  # settings tried in a row without a gain; which one is next
+    while len(seen) < limit:
+        if unchanged < len(order):
+            dimension = order[turn % len(order)]
+            turn, unchanged = turn + 1, unchanged + 1
+            better = yield from attempt(space.steps(current.candidate, dimension))
+        elif len(space.models) > 1:
+            better = yield from attempt(_pairs(space, current.candidate, order))
+            if better is None:
+                return
+        else:
+            return
+        if better is not None:
+            current, unchanged = better, 0
+
+
+def _pairs(space: Space, candidate: Candidate, order: Sequence[int]) -> Iterator[Candidate]:
+    """Candidates that change two settings of two different models, in the order of `order`."""
+    for first, second in itertools.combinations(order, 2):
+        if space.dimensions[first].model == space.dimensions[second].model:
+            continue
+        for step in space.steps(candidate, first):
+            yield from space.steps(step, second)
 
 
 def ranked(outcomes: Sequence[Outcome], goal: Goal) -> list[Outcome]:

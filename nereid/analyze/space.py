@@ -36,7 +36,7 @@ class Choices:
     instances: tuple[int, ...] = (1, 2, 4)
     max_batch_sizes: tuple[int, ...] = (8, 32)
     queue_delays_us: tuple[int, ...] = (0, 1000)
-    preferred: tuple[str, ...] = ("none", "max")
+    preferred: tuple[str, ...] = ("max", "half")
     execution_modes: tuple[str, ...] = ("process", "thread")
     intra_op_threads: tuple[int, ...] = (1, 2)
     dynamic_batching: tuple[bool, ...] = (False, True)
@@ -72,7 +72,15 @@ class Space:
         for i, dim in enumerate(self.dimensions):
             if dim.name in _BATCHING_ONLY and not self._batching(values, dim.model):
                 values[i] = dim.default
+            elif dim.name == PREFERRED and values[i] == "half" and self._max_batch(values, dim.model) < 2:
+                values[i] = "max"  # half of 1 is 1: full batches
         return Candidate(tuple(values))
+
+    def _max_batch(self, values: Sequence[Value], model: str) -> int:
+        for i, dim in enumerate(self.dimensions):
+            if dim.model == model and dim.name == MAX_BATCH_SIZE:
+                return int(values[i])
+        return 0
 
     def _batching(self, values: Sequence[Value], model: str) -> bool:
         for i, dim in enumerate(self.dimensions):
@@ -126,7 +134,7 @@ class Space:
         dim = self.dimensions[i]
         if dim.name in _BATCHING_ONLY and not self._batching(candidate.values, dim.model):
             return []
-        here = dim.values.index(candidate.values[i])
+        here = dim.values.index(candidate.values[i]) if candidate.values[i] in dim.values else 0
         out = []
         for value in sorted(dim.values, key=lambda v: abs(dim.values.index(v) - here)):
             values = list(candidate.values)
@@ -222,9 +230,19 @@ def model_dimensions(name: str, config: dict[str, Any], choices: Choices) -> lis
         )
         delay = int((batching or {}).get("max_queue_delay_microseconds", 0))
         dims.append(Dimension(name, QUEUE_DELAY_US, _with_default(choices.queue_delays_us, delay), delay))
-        preferred = "max" if (batching or {}).get("preferred_batch_size") else "none"
+        preferred = _preferred_kind(batching, max_batch)
         dims.append(Dimension(name, PREFERRED, _with_default(choices.preferred, preferred), preferred))
     return dims
+
+
+def _preferred_kind(batching: dict[str, Any] | None, max_batch: int) -> str:
+    """A model's preferred batch sizes as the search names them: `max` where none are set or the max batch
+    size alone (the same to the batcher: Triton prefers full batches unless told otherwise), `half` for
+    half the max batch size alone, `own` for any other list (kept as the model has it)."""
+    sizes = list((batching or {}).get("preferred_batch_size") or [])
+    if not sizes or sizes == [max_batch]:
+        return "max"
+    return "half" if sizes == [max_batch // 2] else "own"
 
 
 def apply_settings(config: dict[str, Any], settings: dict[str, Value]) -> dict[str, Any]:
@@ -253,7 +271,11 @@ def apply_settings(config: dict[str, Any], settings: dict[str, Value]) -> dict[s
             out["max_batch_size"] = max_batch
             batching = dict(out.get("dynamic_batching") or {})
             batching["max_queue_delay_microseconds"] = int(settings[QUEUE_DELAY_US])
-            batching["preferred_batch_size"] = [max_batch] if settings[PREFERRED] == "max" else []
+            own = [size for size in batching.pop("preferred_batch_size", None) or [] if size <= max_batch]
+            if settings[PREFERRED] == "half":
+                batching["preferred_batch_size"] = [max(1, max_batch // 2)]
+            elif settings[PREFERRED] == "own" and own:
+                batching["preferred_batch_size"] = own
             out["dynamic_batching"] = batching
     return out
 

@@ -72,7 +72,7 @@ def python_landscape(settings: dict[str, dict[str, object]], concurrency: int) -
     if s.get("dynamic_batching"):
         capacity *= {8: 1.4, 32: 1.8, 64: 1.7}[int(s["max_batch_size"])]
         capacity *= 1.0 if s["queue_delay_us"] == 0 else 0.9
-        capacity *= 1.05 if s["preferred"] == "max" else 1.0
+        capacity *= 1.0 if s["preferred"] == "max" else 0.95
     return capacity * concurrency / (concurrency + 3)
 
 

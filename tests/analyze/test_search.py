@@ -83,12 +83,8 @@ def test_the_latency_budget_stops_a_sweep_and_limits_the_choice():
 
 def test_quick_keeps_climbing_past_a_candidate_that_fails_to_load():
     space = python_space()
-    # thread mode is the first setting tried
-    failing = next(
-        n
-        for n in space.neighbors(space.default())
-        if space.settings(n)["add_sub"]["execution_mode"] == "thread"
-    )
+    # the first candidate tried after the model's own config
+    failing = list(quick(space, CONCURRENCIES, FakeMeasurer(space, python_landscape), Goal()))[1].candidate
     measurer = FakeMeasurer(space, python_landscape, failing=frozenset({space.key(failing)}))
     outcomes = list(quick(space, CONCURRENCIES, measurer, Goal()))
     failed = [o for o in outcomes if o.failure]
@@ -126,7 +122,7 @@ def test_space_leaves_out_candidates_that_differ_only_in_unused_batching_setting
     off = [k for k in keys if "dynamic_batching=off" in k]
     assert off == [
         "add_sub: instances=1 execution_mode=process dynamic_batching=off max_batch_size=64 "
-        "queue_delay_us=0 preferred=none"
+        "queue_delay_us=0 preferred=max"
     ]
 
 
@@ -142,7 +138,7 @@ def test_override_sets_each_setting_in_the_config_json():
             "dynamic_batching": True,
             "max_batch_size": 32,
             "queue_delay_us": 1000,
-            "preferred": "max",
+            "preferred": "half",
         }
         and space.settings(c)["pre"]["execution_mode"] == "thread"
     )
@@ -152,8 +148,16 @@ def test_override_sets_each_setting_in_the_config_json():
     assert detector["max_batch_size"] == 32
     assert detector["dynamic_batching"] == {
         "max_queue_delay_microseconds": 1000,
-        "preferred_batch_size": [32],
+        "preferred_batch_size": [16],
     }
+    # "max": none set, full batches as Triton prefers by default
+    full = next(
+        c
+        for c in space.neighbors(candidate)
+        if space.settings(c)["detector"]["preferred"] == "max"
+        and space.settings(c)["detector"]["dynamic_batching"]
+    )
+    assert space.override(full, "detector")["dynamic_batching"] == {"max_queue_delay_microseconds": 1000}
     assert space.override(candidate, "pre")["parameters"] == {"EXECUTION_MODE": {"string_value": "thread"}}
     assert "parameters" not in space.override(space.default(), "detector")
 
@@ -165,7 +169,7 @@ def test_quick_measures_the_improving_changes_together():
             execution_modes=("process", "thread"),
             max_batch_sizes=(8,),
             queue_delays_us=(0,),
-            preferred=("none",),
+            preferred=("max",),
         )
     )
 
@@ -193,7 +197,7 @@ def test_quick_reaches_three_changes_within_a_third_of_a_small_space():
     """add_sub as measured on a quiet host: thread mode helps most, batching and a second instance a
     little each, and the best has all three. A third of this space is 4 candidates."""
     space = python_space(
-        Choices(instances=(1, 2), max_batch_sizes=(8,), queue_delays_us=(0,), preferred=("none",))
+        Choices(instances=(1, 2), max_batch_sizes=(8,), queue_delays_us=(0,), preferred=("max",))
     )
 
     def measured(settings, concurrency):
