@@ -9,12 +9,13 @@ measures the two picks again, each served from the folder its search wrote, in a
 the highest of twelve noisy figures, so the picks measured again are the fair comparison.
 
 With `--model-analyzer PATH`, Model Analyzer's brute search profiles the same model on Nereid (local
-launch mode, over gRPC, with the stability settings of docs/model_analyzer.md) within its own small
+launch mode, over gRPC, with its own measurement rule, or with `--ma-time-windows` the looser one of
+docs/model_analyzer.md for a busy host) within its own small
 space (instances 1-2, max batch size 1-4, concurrency 1-4), and `nereid analyze --search quick` runs
 over that space, once as Model Analyzer has it and once with Nereid's execution modes added. Printed:
 each tool's best and wall time.
 
-    python bench/analyze_search.py --perf-analyzer PATH [--rounds 2] [--model-analyzer PATH]
+    python bench/analyze_search.py --perf-analyzer PATH [--rounds 2] [--model-analyzer PATH [--skip-brute]]
 """
 
 from __future__ import annotations
@@ -193,9 +194,13 @@ def model_analyzer(args: argparse.Namespace, work: Path) -> tuple[float, str, fl
     folder = work / f"ma-{time.monotonic_ns()}"
     shutil.copytree(args.model_repository / args.model, folder / "repo" / args.model)
     (folder / "export").mkdir()
+    # Model Analyzer's own measurement rule (count windows of 50 requests, within 10%), or the looser one
+    # docs/model_analyzer.md gives for a busy host
     (folder / "config.yaml").write_text(
         "perf_analyzer_flags:\n  measurement-mode: time_windows\n  measurement-interval: 2000\n"
         "  stability-percentage: 50\n"
+        if args.ma_time_windows
+        else "{}\n"
     )
     http, grpc, metrics = free_port(), free_port(), free_port()
     command = [
@@ -272,6 +277,11 @@ def main() -> None:
     )
     parser.add_argument("--perf-analyzer", default=None, help="perf_analyzer's path (else the built-in one)")
     parser.add_argument("--model-analyzer", default=None, help="model-analyzer's path: compare with it too")
+    parser.add_argument(
+        "--ma-time-windows",
+        action="store_true",
+        help="Model Analyzer measures in 2 s time windows within 50%% (its defaults fail on a busy host)",
+    )
     parser.add_argument("--skip-brute", action="store_true", help="only the comparison with Model Analyzer")
     args = parser.parse_args()
     if args.model_analyzer and not args.perf_analyzer:

@@ -23,9 +23,8 @@ from nereid.analyze.space import (
     Space,
 )
 
-# Quick search stops raising the concurrency once throughput falls below the best so far less this
-# margin: on a busy host one measurement can be well off, and a sweep cut short misses its best point.
-_MIN_GAIN = -0.05
+# Quick search goes on lowering the concurrency only while throughput rises by more than this.
+_GAIN = 0.05
 # Throughputs closer than this are within a shared host's noise (the same config measured twice on two
 # busy cores differed by 10 to 20%): between two such candidates the one spending less CPU per inference
 # is taken, the steadier figure, and the one that decides throughput once the cores are busy.
@@ -65,9 +64,11 @@ class Goal:
     latency_budget_ms: float | None = None  # on p99
     min_throughput: float = 0.0
 
+    def within_latency(self, m: Measurement) -> bool:
+        return self.latency_budget_ms is None or m.p99_ms <= self.latency_budget_ms
+
     def meets(self, m: Measurement) -> bool:
-        within = self.latency_budget_ms is None or m.p99_ms <= self.latency_budget_ms
-        return within and m.throughput >= self.min_throughput and m.requests > 0
+        return self.within_latency(m) and m.throughput >= self.min_throughput and m.requests > 0
 
 
 @dataclass(frozen=True)
@@ -116,22 +117,36 @@ def beats(a: Outcome, b: Outcome, goal: Goal) -> bool:
     return within and best_a.cpu_us_per_infer < best_b.cpu_us_per_infer
 
 
-def sweep(
-    candidate: Candidate, concurrencies: Sequence[int], measure: Measure, goal: Goal, patient: bool
-) -> Outcome:
-    """The candidate at rising concurrencies, until p99 leaves the budget (it only grows with load) or,
-    unless `patient`, throughput falls."""
+def sweep(candidate: Candidate, concurrencies: Sequence[int], measure: Measure, goal: Goal) -> Outcome:
+    """Brute search's: the candidate at rising concurrencies, until p99 leaves the budget (it only grows
+    with load)."""
     measured: list[Measurement] = []
     try:
         for concurrency in sorted(concurrencies):
             m = measure(candidate, concurrency)
             measured.append(m)
-            if goal.latency_budget_ms is not None and m.p99_ms > goal.latency_budget_ms:
+            if not goal.within_latency(m):
                 break
-            if not patient and len(measured) > 1:
-                previous = max(x.throughput for x in measured[:-1])
-                if m.throughput < previous * (1 + _MIN_GAIN):
-                    break
+    except CandidateFailed as exc:
+        return Outcome(candidate, tuple(measured), str(exc))
+    return Outcome(candidate, tuple(measured))
+
+
+def descend(candidate: Candidate, concurrencies: Sequence[int], measure: Measure, goal: Goal) -> Outcome:
+    """Quick search's: the candidate from the highest concurrency down, since throughput mostly grows with
+    load: past those whose p99 is over the budget, then on only while a lower concurrency gives clearly
+    more throughput (an overloaded server can). Two measurements where a rising sweep takes them all."""
+    measured: list[Measurement] = []
+    previous: Measurement | None = None  # the last one within the budget
+    try:
+        for concurrency in sorted(concurrencies, reverse=True):
+            m = measure(candidate, concurrency)
+            measured.append(m)
+            if not goal.within_latency(m):
+                continue
+            if previous is not None and m.throughput <= previous.throughput * (1 + _GAIN):
+                break
+            previous = m
     except CandidateFailed as exc:
         return Outcome(candidate, tuple(measured), str(exc))
     return Outcome(candidate, tuple(measured))
@@ -140,7 +155,7 @@ def sweep(
 def brute(space: Space, concurrencies: Sequence[int], measure: Measure, goal: Goal) -> Iterator[Outcome]:
     """Every candidate of the space, each at every concurrency within the latency budget."""
     for candidate in space.candidates():
-        yield sweep(candidate, concurrencies, measure, goal, patient=True)
+        yield sweep(candidate, concurrencies, measure, goal)
 
 
 def quick_limit(space: Space) -> int:
@@ -160,7 +175,7 @@ def quick(space: Space, concurrencies: Sequence[int], measure: Measure, goal: Go
     fits a third of a small space: on a Python model, dynamic batching, thread mode and a second instance
     each may help and help most together, and the climb reaches all three in four candidates."""
     limit = quick_limit(space)
-    current = sweep(space.default(), concurrencies, measure, goal, patient=False)
+    current = descend(space.default(), concurrencies, measure, goal)
     seen = {current.candidate}
     yield current
     order = sorted(range(len(space.dimensions)), key=lambda i: _PRIORITY.index(space.dimensions[i].name))
@@ -173,7 +188,7 @@ def quick(space: Space, concurrencies: Sequence[int], measure: Measure, goal: Go
             if len(seen) >= limit:
                 return None
             seen.add(step)
-            outcome = sweep(step, concurrencies, measure, goal, patient=False)
+            outcome = descend(step, concurrencies, measure, goal)
             yield outcome
             if beats(outcome, current, goal):
                 return outcome

@@ -256,3 +256,38 @@ def test_quick_does_not_move_on_a_gain_within_the_noise_that_costs_cpu():
     # batching on (no gain), then the second instance, then no setting left that gains: done
     assert len(outcomes) == 3 and any(space.settings(c)["add_sub"]["instances"] == 2 for c in seen)
     assert ranked(outcomes, Goal())[0].candidate == space.default()
+
+
+def test_quick_measures_from_the_highest_concurrency_down():
+    space = python_space(Choices(instances=(1,), execution_modes=("process",), dynamic_batching=(False,)))
+
+    def saturating(settings, concurrency):  # more load, more throughput: the top and one below suffice
+        return 1000.0 * concurrency / (concurrency + 3)
+
+    def overloaded(settings, concurrency):  # past 4 requests in flight the server slows down
+        return {1: 500.0, 4: 900.0, 16: 700.0, 64: 400.0}[concurrency]
+
+    calls = []
+
+    def measure_with(landscape):
+        measurer = FakeMeasurer(space, landscape)
+
+        def measure(candidate, concurrency):
+            calls.append(concurrency)
+            return measurer(candidate, concurrency)
+
+        return measure
+
+    (outcome,) = quick(space, CONCURRENCIES, measure_with(saturating), Goal())
+    assert calls == [64, 16]
+    assert outcome.best(Goal()).concurrency == 64
+    calls.clear()
+    (outcome,) = quick(space, CONCURRENCIES, measure_with(overloaded), Goal())
+    assert calls == [64, 16, 4, 1]
+    assert outcome.best(Goal()).concurrency == 4
+    calls.clear()
+    # p99 = 1.5 * c / throughput: 100 ms at 64, 28.5 ms at 16, 10.5 ms at 4, 6 ms at 1: the first two over a
+    # 12 ms budget, then down to one below the first within it
+    (outcome,) = quick(space, CONCURRENCIES, measure_with(saturating), Goal(latency_budget_ms=12.0))
+    assert calls == [64, 16, 4, 1]
+    assert outcome.best(Goal(latency_budget_ms=12.0)).concurrency == 4
