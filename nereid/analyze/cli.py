@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="of ONNX Runtime models (0: Nereid's own choice)",
     )
     p.add_argument("--window-ms", type=int, default=1000, help="length of a measurement window")
-    p.add_argument("--stability-percent", type=float, default=10.0)
+    p.add_argument("--stability-percent", type=float, default=20.0)
     p.add_argument("--max-windows", type=int, default=10)
     p.add_argument(
         "--load-generator",
