@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, free_port
+from _common import ROOT, free_port, start_nereid, stop, wait_ready
 
 ADD_SUB_REPOSITORY = ROOT / "examples" / "python_model_repository"
 # The space of the closing figures: 2 instance counts x 2 execution modes x batching off, or on at 8
@@ -189,8 +190,9 @@ def quick_against_brute(args: argparse.Namespace, work: Path) -> None:
             print(f"picks measured again, ratios over the rounds: {', '.join(f'{r:.2f}' for r in again)}")
 
 
-def model_analyzer(args: argparse.Namespace, work: Path) -> tuple[float, str, float]:
-    """Model Analyzer's brute search on Nereid: its best throughput within the budget, config, wall time."""
+def model_analyzer(args: argparse.Namespace, work: Path) -> tuple[float, str, float, Path, int]:
+    """Model Analyzer's brute search on Nereid: its best throughput within the budget, config, wall time,
+    the folder of its best config and the concurrency of that measurement."""
     folder = work / f"ma-{time.monotonic_ns()}"
     shutil.copytree(args.model_repository / args.model, folder / "repo" / args.model)
     (folder / "export").mkdir()
@@ -244,12 +246,13 @@ def model_analyzer(args: argparse.Namespace, work: Path) -> tuple[float, str, fl
         rows = [r for r in csv.DictReader(results) if float(r["p99 Latency (ms)"]) <= args.latency_budget_ms]
     top = max(rows, key=lambda r: float(r["Throughput (infer/sec)"]))
     config = f"{top['Model Config Path']} at concurrency {top['Concurrency']}"
-    return float(top["Throughput (infer/sec)"]), config, wall
+    pick = folder / "out" / top["Model Config Path"]
+    return float(top["Throughput (infer/sec)"]), config, wall, pick, int(top["Concurrency"])
 
 
 def against_model_analyzer(args: argparse.Namespace, work: Path) -> None:
     print(f"against Model Analyzer: {args.model}, p99 within {args.latency_budget_ms} ms")
-    throughput, config, wall = model_analyzer(args, work)
+    throughput, config, wall, ma_pick, ma_concurrency = model_analyzer(args, work)
     print(f"  Model Analyzer (brute)   {throughput:9,.0f} infer/s  {wall:6.0f} s  {config}")
     for name, space in (
         ("its space", [*MA_SPACE, "--execution-modes", "process"]),
@@ -262,6 +265,70 @@ def against_model_analyzer(args: argparse.Namespace, work: Path) -> None:
             f"({quick_best / throughput:.2f}x the throughput in {document['wall_s'] / wall:.2f} of the time; "
             f"{document['measured']} of {document['space_size']} candidates)"
         )
+        if args.confirm_rounds and document["chosen"]:
+            chosen = next(r for r in document["candidates"] if r["key"] == document["chosen"])
+            quick_pick = Path(document["out"]) / args.model
+            picks = {
+                "Model Analyzer": (ma_pick, ma_concurrency),
+                "quick": (quick_pick, chosen["best"]["concurrency"]),
+            }
+            figures = side_by_side(args, picks, work)
+            for who, values in figures.items():
+                print(f"    {who}'s pick again: {', '.join(f'{v:,.0f}' for v in values)} infer/s")
+            ratio = statistics.median(figures["quick"]) / statistics.median(figures["Model Analyzer"])
+            print(
+                f"    the two picks measured again, alternating: quick's / Model Analyzer's median {ratio:.2f}"
+            )
+
+
+def side_by_side(
+    args: argparse.Namespace, picks: dict[str, tuple[Path, int]], work: Path
+) -> dict[str, list[float]]:
+    """Each pick (a model folder, at its concurrency) served by one Nereid under a name of its own, and
+    measured by perf_analyzer over gRPC in alternating rounds: infer/s of each round."""
+    repository = work / f"side-by-side-{time.monotonic_ns()}"
+    names = {}
+    for i, (who, (folder, _)) in enumerate(picks.items()):
+        name = names[who] = f"{args.model}_pick{i}"
+        shutil.copytree(folder, repository / name, symlinks=False)
+        config = repository / name / "config.pbtxt"
+        config.write_text(re.sub(r"(?m)^name:.*$", f'name: "{name}"', config.read_text(), count=1))
+    http, grpc = free_port(), free_port()
+    server = start_nereid(http, repository, grpc)
+    figures: dict[str, list[float]] = {who: [] for who in picks}
+    try:
+        wait_ready(f"http://127.0.0.1:{http}/v2/health/ready", server)
+        for round_ in range(args.confirm_rounds):
+            order = list(picks) if round_ % 2 == 0 else list(reversed(picks))
+            for who in order:
+                out = repository / "pa.csv"
+                out.unlink(missing_ok=True)
+                subprocess.run(
+                    [
+                        args.perf_analyzer,
+                        "-m",
+                        names[who],
+                        "-u",
+                        f"127.0.0.1:{grpc}",
+                        "-i",
+                        "grpc",
+                        "--concurrency-range",
+                        str(picks[who][1]),
+                        "--measurement-interval",
+                        "2000",
+                        "--stability-percentage",
+                        "50",
+                        "-f",
+                        str(out),
+                    ],
+                    capture_output=True,
+                    check=True,
+                )
+                with open(out) as rows:
+                    figures[who].append(float(next(csv.DictReader(rows))["Inferences/Second"]))
+    finally:
+        stop(server)
+    return figures
 
 
 def main() -> None:
@@ -282,15 +349,18 @@ def main() -> None:
         action="store_true",
         help="Model Analyzer measures in 2 s time windows within 50%% (its defaults fail on a busy host)",
     )
+    parser.add_argument("--keep", type=Path, default=None, help="a folder to keep every report in")
     parser.add_argument("--skip-brute", action="store_true", help="only the comparison with Model Analyzer")
     args = parser.parse_args()
     if args.model_analyzer and not args.perf_analyzer:
         parser.error("--model-analyzer needs --perf-analyzer")
-    with tempfile.TemporaryDirectory(prefix="nereid-analyze-bench-") as work:
+    with tempfile.TemporaryDirectory(prefix="nereid-analyze-bench-") as scratch:
+        work = args.keep or Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
         if not args.skip_brute:
-            quick_against_brute(args, Path(work))
+            quick_against_brute(args, work)
         if args.model_analyzer:
-            against_model_analyzer(args, Path(work))
+            against_model_analyzer(args, work)
 
 
 if __name__ == "__main__":
