@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import struct
 import sys
 import time
 from collections.abc import Iterator
@@ -84,6 +85,10 @@ def _fingerprint(settings: AnalyzeSettings, target: _Target, space: Space) -> di
     }
 
 
+# A search stops when its first candidates all fail.
+_FAILURES_TO_STOP = 3
+
+
 def _perf_analyzer_data(settings: AnalyzeSettings, target: _Target, scratch: Path) -> str:
     """perf_analyzer's --input-data: zero, random, or a JSON file (a raw file becomes base64 BYTES)."""
     if settings.input_data in ("zero", "random"):
@@ -93,9 +98,11 @@ def _perf_analyzer_data(settings: AnalyzeSettings, target: _Target, scratch: Pat
         return settings.input_data
     except (UnicodeDecodeError, ValueError):
         name = target.config["input"][0]["name"]
-        content = base64.b64encode(Path(settings.input_data).read_bytes()).decode()
+        # perf_analyzer's b64 is the tensor's serialized bytes: one element, led by its length
+        raw = Path(settings.input_data).read_bytes()
+        content = base64.b64encode(struct.pack("<I", len(raw)) + raw).decode()
         path = scratch / "input_data.json"
-        path.write_text(json.dumps({"data": [{name: {"b64": content}}]}))
+        path.write_text(json.dumps({"data": [{name: {"b64": content, "shape": [1]}}]}))
         return str(path)
 
 
@@ -220,7 +227,18 @@ def _analyze_model(
             if found is not None and (best is None or found.throughput > best):
                 best = found.throughput
             _progress(out, started, deadline, len(outcomes), planned, space, outcome, best, goal)
-        complete = True
+            if len(outcomes) == _FAILURES_TO_STOP and all(o.failure for o in outcomes):
+                # the models' own config and the first changes to it all failed: the cause is not the
+                # settings (inputs the model refuses, a load generator that cannot run), and every
+                # candidate after them would fail the same way
+                print(
+                    f"nereid analyze: stopped: the first {_FAILURES_TO_STOP} candidates all failed, the "
+                    f"first with: {outcomes[0].failure}",
+                    file=out,
+                )
+                break
+        else:
+            complete = True
     except BudgetSpent:
         print(f"nereid analyze: the budget of {settings.budget_s / 60:g} min is spent", file=out)  # type: ignore[operator]
     except KeyboardInterrupt:

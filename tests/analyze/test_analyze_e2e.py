@@ -3,6 +3,7 @@ output served as it is, Ctrl-C and resume, and the plain answers to bad input.""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import tritonclient.http as httpclient
@@ -169,6 +171,7 @@ def test_bad_input_is_said_plainly(tmp_path):
 
 
 ONE_INSTANCE_ONLY = """
+import base64
 import json
 
 
@@ -216,3 +219,33 @@ def test_a_candidate_that_fails_to_load_is_skipped_with_its_reason_over_grpc(tmp
     assert "count: 1" in (tmp_path / "out" / "add_sub" / "config.pbtxt").read_text()
     # measured over gRPC by the built-in load generator
     assert document["protocol"] == "grpc" and document["candidates"][0]["best"]["throughput"] > 0
+
+
+def test_a_search_whose_first_candidates_all_fail_stops_and_says_why(tmp_path):
+    repository(tmp_path)
+    model = tmp_path / "repo" / "add_sub" / "1" / "model.py"
+    model.write_text(
+        model.read_text().replace(
+            "        responses = []\n", "        raise pb_utils.TritonModelException('no answer today')\n", 1
+        )
+    )
+    done = analyze(tmp_path, "--model", "add_sub", "--search", "brute", *SMALL)
+    assert "stopped: the first 3 candidates all failed" in done.stdout, done.stdout + done.stderr
+    assert "no answer today" in done.stdout
+    document = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert len(document["candidates"]) == 3 and all(c["failure"] for c in document["candidates"])
+    assert done.returncode != 0
+
+
+def test_a_file_of_input_data_reaches_perf_analyzer_as_one_serialized_element(tmp_path):
+    from nereid.analyze.run import _perf_analyzer_data
+
+    image = tmp_path / "page.png"
+    image.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(40)))
+    settings = SimpleNamespace(input_data=str(image))
+    target = SimpleNamespace(config={"input": [{"name": "IMAGE", "data_type": "TYPE_STRING", "dims": [1]}]})
+    written = json.loads(Path(_perf_analyzer_data(settings, target, tmp_path)).read_text())
+    element = written["data"][0]["IMAGE"]
+    assert element["shape"] == [1]
+    raw = base64.b64decode(element["b64"])
+    assert int.from_bytes(raw[:4], "little") == len(raw) - 4 == 48 and raw[4:] == image.read_bytes()
