@@ -28,7 +28,7 @@ _GAIN = 0.05
 # Throughputs closer than this are within a shared host's noise (the same config measured twice on two
 # busy cores differed by 10 to 20%): between two such candidates the one spending less CPU per inference
 # is taken, the steadier figure, and the one that decides throughput once the cores are busy.
-NOISE = 0.10
+_NOISE = 0.10
 # The order quick search tries settings in. Dynamic batching first: it decides how many executions the
 # rest costs, and thread mode pays most once requests are batched (add_sub at concurrency 16: thread mode
 # alone was slower than process mode, thread mode with batching the fastest of all). Instance counts and
@@ -111,9 +111,9 @@ def beats(a: Outcome, b: Outcome, goal: Goal) -> bool:
         return score_a > score_b
     best_a, best_b = a.best(goal), b.best(goal)
     assert best_a is not None and best_b is not None  # noqa: S101 (both meet the goal)
-    if best_a.throughput > best_b.throughput * (1 + NOISE):
+    if best_a.throughput > best_b.throughput * (1 + _NOISE):
         return True
-    within = best_a.throughput >= best_b.throughput * (1 - NOISE)
+    within = best_a.throughput >= best_b.throughput * (1 - _NOISE)
     return within and best_a.cpu_us_per_infer < best_b.cpu_us_per_infer
 
 
@@ -227,7 +227,7 @@ def ranked(outcomes: Sequence[Outcome], goal: Goal) -> list[Outcome]:
     if top is None:
         return usable
     close = [
-        o for o in usable if (m := o.best(goal)) is not None and m.throughput >= top.throughput * (1 - NOISE)
+        o for o in usable if (m := o.best(goal)) is not None and m.throughput >= top.throughput * (1 - _NOISE)
     ]
     close.sort(key=lambda o: o.best(goal).cpu_us_per_infer)  # type: ignore[union-attr]
     return close + usable[len(close) :]

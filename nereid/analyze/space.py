@@ -72,21 +72,23 @@ class Space:
         for i, dim in enumerate(self.dimensions):
             if dim.name in _BATCHING_ONLY and not self._batching(values, dim.model):
                 values[i] = dim.default
-            elif dim.name == PREFERRED and values[i] == "half" and self._max_batch(values, dim.model) < 2:
+            elif (
+                dim.name == PREFERRED
+                and values[i] == "half"
+                and int(self._value(values, dim.model, MAX_BATCH_SIZE)) < 2
+            ):
                 values[i] = "max"  # half of 1 is 1: full batches
         return Candidate(tuple(values))
 
-    def _max_batch(self, values: Sequence[Value], model: str) -> int:
+    def _value(self, values: Sequence[Value], model: str, name: str) -> Value:
+        """`model`'s setting `name` among `values` (False where the model has no such dimension)."""
         for i, dim in enumerate(self.dimensions):
-            if dim.model == model and dim.name == MAX_BATCH_SIZE:
-                return int(values[i])
-        return 0
+            if dim.model == model and dim.name == name:
+                return values[i]
+        return False
 
     def _batching(self, values: Sequence[Value], model: str) -> bool:
-        for i, dim in enumerate(self.dimensions):
-            if dim.model == model and dim.name == DYNAMIC_BATCHING:
-                return bool(values[i])
-        return False
+        return bool(self._value(values, model, DYNAMIC_BATCHING))
 
     def _per_model(self) -> list[tuple[list[int], list[tuple[Value, ...]]]]:
         """For each model: its dimensions' positions, and its distinct combinations of their values."""
@@ -118,13 +120,6 @@ class Space:
             candidate = Candidate(tuple(values))
             if candidate != default:
                 yield candidate
-
-    def neighbors(self, candidate: Candidate) -> list[Candidate]:
-        """Candidates that change one setting to another of its values, each once, in dimension order."""
-        found: dict[Candidate, None] = {}
-        for i in range(len(self.dimensions)):
-            found.update(dict.fromkeys(self.steps(candidate, i)))
-        return list(found)
 
     def steps(self, candidate: Candidate, i: int) -> list[Candidate]:
         """Candidates that change dimension `i` alone, the values nearest the current one first. Every
